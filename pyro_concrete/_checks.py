@@ -1,0 +1,114 @@
+"""Parameter promotion and the ValueErrors of the Concrete family.
+
+Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
+does not broadcast with the batch shape) are always errors. Checks that read parameter values
+(NaN, infinities, temperatures <= 0, probabilities) run when validation is on, which Pyro makes the
+default; a Python-number temperature is always checked since that costs nothing.
+"""
+
+import math
+import numbers
+
+import torch
+from torch.distributions import Distribution
+
+from .constraints import simplex_tolerance
+
+
+def validation_enabled(validate_args):
+    return Distribution._validate_args if validate_args is None else bool(validate_args)
+
+
+def _fail(cls_name, message):
+    raise ValueError(f"{cls_name}: {message}")
+
+
+def _as_float_tensor(x, dtype=None):
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x, dtype=dtype or torch.get_default_dtype())
+    if not x.is_floating_point():
+        x = x.to(dtype or torch.get_default_dtype())
+    return x
+
+
+def _check_values(cls_name, name, x, low_open=None, high_open=None):
+    if torch.isnan(x).any():
+        _fail(cls_name, f"{name} contains NaN")
+    if torch.isinf(x).any():
+        _fail(cls_name, f"{name} must be finite, found {x[torch.isinf(x)].flatten()[0].item()}")
+    if low_open is not None and (x <= low_open).any():
+        _fail(cls_name, f"{name} must be > {low_open}, found {x.min().item():g}")
+    if high_open is not None and (x >= high_open).any():
+        _fail(cls_name, f"{name} must be < {high_open}, found {x.max().item():g}")
+
+
+def _check_probs(cls_name, probs, categorical):
+    if torch.isnan(probs).any():
+        _fail(cls_name, "probs contains NaN")
+    if (probs < 0).any() or (probs > 1).any():
+        _fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min().item():g}, {probs.max().item():g}]")
+    if categorical:
+        error = (probs.sum(-1) - 1).abs().max().item()
+        if error > simplex_tolerance(probs):
+            _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
+    if (probs == 0).any() or (probs == 1).any():
+        _fail(
+            cls_name,
+            "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
+            "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead",
+        )
+
+
+def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
+    """Returns (temperature, logits, probs or None, batch_shape), broadcast to the batch shape.
+
+    ``event_dim`` is 1 for the n-ary family (the last axis of logits holds the categories) and 0
+    for the binary family. ``temperature`` is a batch parameter: its shape broadcasts with
+    ``logits.shape[:-event_dim]`` and becomes part of the batch shape.
+    """
+    if (logits is None) == (probs is None):
+        _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    categorical = event_dim == 1
+    if probs is not None:
+        probs = _as_float_tensor(probs)
+        if validate:
+            _check_probs(cls_name, probs, categorical)
+        logits = torch.log(probs) if categorical else torch.log(probs) - torch.log1p(-probs)
+    else:
+        logits = _as_float_tensor(logits)
+        if validate:
+            _check_values(cls_name, "logits", logits)
+
+    if categorical:
+        if logits.dim() < 1:
+            _fail(cls_name, "logits must have a last axis of categories, got a scalar")
+        if logits.shape[-1] < 2:
+            _fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {logits.shape[-1]}")
+
+    if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
+        if not (math.isfinite(temperature) and temperature > 0):
+            _fail(cls_name, f"temperature must be positive and finite, got {temperature}")
+        temperature = torch.tensor(float(temperature), dtype=logits.dtype, device=logits.device)
+    else:
+        temperature = _as_float_tensor(temperature, logits.dtype)
+        if validate:
+            _check_values(cls_name, "temperature", temperature, low_open=0.0)
+        dtype = torch.promote_types(temperature.dtype, logits.dtype)
+        temperature, logits = temperature.to(dtype), logits.to(dtype)
+        probs = None if probs is None else probs.to(dtype)
+
+    param_batch_shape = logits.shape[:-1] if categorical else logits.shape
+    try:
+        batch_shape = torch.broadcast_shapes(temperature.shape, param_batch_shape)
+    except RuntimeError:
+        _fail(
+            cls_name,
+            f"temperature of shape {tuple(temperature.shape)} does not broadcast with the batch shape "
+            f"{tuple(param_batch_shape)} of the logits; temperature is a batch parameter "
+            "(one per distribution, never one per category)",
+        )
+    event_shape = logits.shape[-1:] if categorical else torch.Size()
+    temperature = temperature.expand(batch_shape)
+    logits = logits.expand(batch_shape + event_shape)
+    probs = None if probs is None else probs.expand(batch_shape + event_shape)
+    return temperature, logits, probs, batch_shape

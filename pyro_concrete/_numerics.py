@@ -1,0 +1,141 @@
+"""Log-space kernels of the Concrete family (paper appendix C.3 and the cheat sheet, appendix F).
+
+Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
+the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
+never in ``y``, so nothing here takes the log of a value that could have underflowed.
+``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
+"""
+
+import math
+
+import torch
+
+
+def uniform(shape, like):
+    """U ~ Uniform(0, 1) strictly inside (0, 1).
+
+    ``torch.rand`` returns exact zeros (once in 2**24 float32 draws), which would make a Gumbel or
+    logistic variate infinite; those are moved to the smallest normal number. Its largest value,
+    ``1 - eps/2``, is already below 1.
+    """
+    u = torch.rand(shape, dtype=like.dtype, device=like.device)
+    return u.clamp_(min=torch.finfo(like.dtype).tiny)
+
+
+def gumbel(shape, like):
+    """G = -log(-log U), always finite (paper appendix F)."""
+    return uniform(shape, like).log_().neg_().log_().neg_()
+
+
+def logistic(shape, like):
+    """L = log U - log(1 - U), always finite (paper appendix F)."""
+    u = uniform(shape, like)
+    return u.log() - torch.log1p(-u)
+
+
+# ----------------------------------------------------------------------------- n-ary Concrete
+
+
+def exp_concrete_sample(logits, temperature, shape):
+    """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
+    scores = (logits + gumbel(shape, logits)) / temperature.unsqueeze(-1)
+    return torch.log_softmax(scores, dim=-1)
+
+
+def exp_concrete_log_prob(y, logits, temperature):
+    """log κ(y) (appendix C.3): log (K-1)! + (K-1) log t + Σ_k b_k - K logsumexp_k b_k,
+    with b_k = log a_k - t y_k. Points on the boundary of log Δ (some y_k = -inf) get -inf."""
+    num_categories = y.shape[-1]
+    b = logits - temperature.unsqueeze(-1) * y
+    result = (
+        math.lgamma(num_categories)
+        + (num_categories - 1) * temperature.log()
+        + b.sum(-1)
+        - num_categories * b.logsumexp(-1)
+    )
+    # b_k = +inf there, and the line above is inf - inf; the density of log-ratios vanishes at infinity.
+    return result.masked_fill(torch.isneginf(y).any(-1), -math.inf)
+
+
+def concrete_log_prob(y, logits, temperature):
+    """Concrete log density (eq. 11) at x = exp(y), for y with finite entries: log κ(y) - Σ_k y_k."""
+    return exp_concrete_log_prob(y, logits, temperature) - y.sum(-1)
+
+
+def concrete_log_prob_at_boundary(y, logits, temperature):
+    """Concrete log density (eq. 11) at x = exp(y), where y may hold -inf (x_k = 0 exactly).
+
+    At a boundary point with m zero coordinates the density has the limit reached as those
+    coordinates go to 0 together: with c = m (t + 1) - K t it is +inf for c > 0, -inf for c < 0 and
+    finite for c = 0 (e.g. K = 2, t = 1, or K = 3, t = 1/2), where it is
+    log (K-1)! + (K-1) log t + Σ_k log a_k - (t+1) Σ_{x_k>0} y_k - K logsumexp_{x_k=0} log a_k.
+    Gradients stay finite: every branch is evaluated on inputs that are finite for it.
+    """
+    num_categories = y.shape[-1]
+    t = temperature
+    zero = torch.isneginf(y)
+    num_zero = zero.sum(-1)
+    on_boundary = num_zero > 0
+    y_inside = y.masked_fill(zero, 0.0)
+    interior = concrete_log_prob(y_inside, logits, t)
+
+    # log-sum-exp of the logits of the zero coordinates, only on rows that have some
+    zero_rows = zero & on_boundary.unsqueeze(-1)
+    logits_of_zeros = torch.where(zero_rows, logits, -math.inf)
+    logits_of_zeros = torch.where(on_boundary.unsqueeze(-1), logits_of_zeros, 0.0)
+    finite_limit = (
+        math.lgamma(num_categories)
+        + (num_categories - 1) * t.log()
+        + logits.sum(-1)
+        - (t + 1) * y_inside.sum(-1)
+        - num_categories * logits_of_zeros.logsumexp(-1)
+    )
+    slope = num_zero * (t + 1) - num_categories * t
+    limit = torch.where(slope > 0, math.inf, torch.where(slope < 0, -math.inf, finite_limit))
+    return torch.where(on_boundary, limit, interior)
+
+
+# ----------------------------------------------------------------------------- binary Concrete
+
+
+def logit_bin_concrete_sample(logits, temperature, shape):
+    """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
+    return (logits + logistic(shape, logits)) / temperature
+
+
+def logit_bin_concrete_log_prob(y, logits, temperature):
+    """log g(y) = log t + s - 2 log(1 + exp(s)), s = log a - t y (appendix C.3.2).
+
+    Written as log t - |s| - 2 log1p(exp(-|s|)), which is exact for every s and gives -inf (not
+    inf - inf) at y = ±inf.
+    """
+    s = (logits - temperature * y).abs()
+    return temperature.log() - s - 2 * torch.log1p(torch.exp(-s))
+
+
+def bin_concrete_log_prob(y, logits, temperature):
+    """BinConcrete log density (eq. 17) at x = sigmoid(y), y finite: log g(y) - log x - log(1 - x),
+    where -log x - log(1 - x) = |y| + 2 log1p(exp(-|y|))."""
+    abs_y = y.abs()
+    return logit_bin_concrete_log_prob(y, logits, temperature) + abs_y + 2 * torch.log1p(torch.exp(-abs_y))
+
+
+def bin_concrete_log_prob_at_boundary(y, logits, temperature):
+    """BinConcrete log density (eq. 17) at x = sigmoid(y), where y may be ±inf (x = 0 or 1 exactly).
+
+    Near either end the density behaves like x^(t-1) (resp. (1-x)^(t-1)): the limit is +inf for
+    t < 1, -inf for t > 1, and for t = 1 it is log a at x = 1 and -log a at x = 0.
+    """
+    at_end = torch.isinf(y)
+    interior = bin_concrete_log_prob(y.masked_fill(at_end, 0.0), logits, temperature)
+    finite_limit = temperature.log() + torch.sign(y) * logits
+    limit = torch.where(
+        temperature < 1, math.inf, torch.where(temperature > 1, -math.inf, finite_limit)
+    )
+    return torch.where(at_end, limit, interior)
+
+
+def logit(x):
+    """log x - log(1 - x), exact for float x in [0, 1] (±inf at the ends)."""
+    return torch.log(x) - torch.log1p(-x)
+

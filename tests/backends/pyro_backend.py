@@ -1,0 +1,100 @@
+"""The Pyro adapter (see ``tests/backends/__init__.py`` for the protocol)."""
+
+import numpy as np
+import pyro
+import pyro.infer.autoguide as autoguides
+import pyro.optim
+import torch
+from pyro import poutine
+from pyro.infer import SVI, Trace_ELBO
+
+import pyro_concrete
+from pyro_concrete import _numerics
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+
+
+class Backend:
+    name = "pyro"
+    lib = pyro_concrete
+
+    def array(self, x, dtype="float64"):
+        return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype])
+
+    def numpy(self, x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None):
+        def convert(x):
+            return None if x is None else self.array(x, dtype)
+
+        if not isinstance(temperature, (int, float)):
+            temperature = convert(temperature)
+        cls = getattr(self.lib, name)
+        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args)
+
+    def sample(self, d, sample_shape=(), seed=0):
+        torch.manual_seed(seed)
+        shape = torch.Size(sample_shape)
+        return d.rsample(shape) if d.has_rsample else d.sample(shape)
+
+    def uniforms(self, d, sample_shape=(), seed=0):
+        torch.manual_seed(seed)
+        like = d.logits.detach()
+        return _numerics.uniform(d.shape(torch.Size(sample_shape)), like).double().numpy()
+
+    def value_and_grad(self, fn, *args, dtype="float64"):
+        leaves = [torch.tensor(np.asarray(a), dtype=_DTYPES[dtype], requires_grad=True) for a in args]
+        out = fn(*leaves)
+        grads = torch.autograd.grad(out, leaves, allow_unused=True)
+        grads = [np.zeros(a.shape) if g is None else g.numpy() for a, g in zip(args, grads)]
+        return out.item(), grads
+
+    def jacobian(self, fn, u):
+        u = torch.as_tensor(np.asarray(u), dtype=torch.float64)
+        return torch.autograd.functional.jacobian(fn, u).numpy()
+
+    def biject_to(self, constraint):
+        return torch.distributions.biject_to(constraint)
+
+    # ------------------------------------------------------------------ PPL primitives
+
+    def site(self, name, d, obs=None):
+        return pyro.sample(name, d, obs=obs)
+
+    def param(self, name, init):
+        return pyro.param(name, lambda: torch.as_tensor(np.asarray(init), dtype=torch.float64))
+
+    def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
+        def guide():
+            return pyro.sample("z", guide_dist)
+
+        def model():
+            return pyro.sample("z", model_dist)
+
+        u = self.uniforms(guide_dist, (), seed)
+        torch.manual_seed(seed)
+        guide_trace = poutine.trace(guide).get_trace()
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace()
+        guide_trace.compute_log_prob()
+        model_trace.compute_log_prob()
+        value = guide_trace.nodes["z"]["value"]
+        assert model_trace.nodes["z"]["value"] is value
+        return (
+            self.numpy(value),
+            u,
+            self.numpy(guide_trace.nodes["z"]["log_prob"]),
+            self.numpy(model_trace.nodes["z"]["log_prob"]),
+        )
+
+    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(seed)
+        elbo = Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
+        losses = np.array([svi.step() for _ in range(steps)])
+        params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
+        return losses, params
+
+    def autoguide(self, kind, model):
+        return getattr(autoguides, kind)(model)

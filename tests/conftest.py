@@ -1,0 +1,23 @@
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.backends import BACKEND_NAMES, load_backend
+
+settings.register_profile(
+    "conformance",
+    derandomize=True,  # seeded: the same examples on every run
+    deadline=None,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("conformance")
+
+
+@pytest.fixture(scope="session", params=BACKEND_NAMES)
+def backend(request):
+    return load_backend(request.param)
+
+
+@pytest.fixture(params=["float32", "float64"])
+def dtype(request):
+    return request.param

@@ -1,0 +1,96 @@
+"""Bad input: a ValueError that names the argument and what is wrong, for every distribution."""
+
+import numpy as np
+import pytest
+
+from tests.cases import N_ARY, NAMES
+
+
+def _good_logits(name):
+    return np.array([0.2, -0.3, 1.0]) if name in N_ARY else np.array([0.2, -0.3])
+
+
+def _batch_of_two(name):
+    return np.zeros((2, 3)) if name in N_ARY else np.zeros(2)
+
+
+def _good_probs(name):
+    return np.array([0.2, 0.3, 0.5]) if name in N_ARY else np.array([0.2, 0.7])
+
+
+# (id, constructor arguments as a function of the distribution name, regex the message must match)
+BAD_PARAMETERS = [
+    ("temperature-zero", lambda n: dict(temperature=0.0), r"temperature must be positive"),
+    ("temperature-negative", lambda n: dict(temperature=-1.0), r"temperature must be positive"),
+    ("temperature-nan", lambda n: dict(temperature=float("nan")), r"temperature"),
+    ("temperature-inf", lambda n: dict(temperature=float("inf")), r"temperature must be positive and finite"),
+    ("temperature-array-zero", lambda n: dict(temperature=np.array([0.5, 0.0])), r"temperature must be > 0"),
+    ("temperature-array-nan", lambda n: dict(temperature=np.array([0.5, np.nan])), r"temperature contains NaN"),
+    ("temperature-array-inf", lambda n: dict(temperature=np.array([np.inf])), r"temperature must be finite"),
+    ("logits-nan", lambda n: dict(logits=np.where([True, False, False][: len(_good_logits(n))], np.nan, _good_logits(n))), r"logits contains NaN"),
+    ("logits-inf", lambda n: dict(logits=np.where([False, True, False][: len(_good_logits(n))], -np.inf, _good_logits(n))), r"logits must be finite"),
+    ("logits-and-probs", lambda n: dict(logits=_good_logits(n), probs=_good_probs(n)), r"exactly one of `logits` or `probs`, got both"),
+    ("neither", lambda n: dict(logits=None), r"exactly one of `logits` or `probs`, got neither"),
+    ("probs-negative", lambda n: dict(logits=None, probs=np.array([-0.1, 0.6, 0.5])[: len(_good_probs(n))]), r"probs must lie in \[0, 1\]"),
+    ("probs-above-one", lambda n: dict(logits=None, probs=np.array([1.2, -0.1, -0.1])[: len(_good_probs(n))]), r"probs must lie in \[0, 1\]"),
+    ("probs-nan", lambda n: dict(logits=None, probs=np.array([np.nan, 0.5, 0.5])[: len(_good_probs(n))]), r"probs contains NaN"),
+    ("probs-zero", lambda n: dict(logits=None, probs=np.array([0.0, 0.5, 0.5])[: len(_good_probs(n))]), r"strictly inside \(0, 1\)"),
+    ("temperature-shape", lambda n: dict(temperature=np.ones(4) / 2, logits=_batch_of_two(n)), r"temperature of shape \(4,\) does not broadcast"),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("bad", BAD_PARAMETERS, ids=[b[0] for b in BAD_PARAMETERS])
+def test_bad_parameters_raise(backend, name, bad):
+    _, arguments, message = bad
+    kwargs = dict(temperature=0.5, logits=_good_logits(name))
+    kwargs.update(arguments(name))
+    with pytest.raises(ValueError, match=rf"{name}: .*{message}|{name}: {message}"):
+        backend.make(name, kwargs.pop("temperature"), validate_args=True, **kwargs)
+
+
+@pytest.mark.parametrize("name", N_ARY)
+def test_probs_not_summing_to_one_raise(backend, name):
+    with pytest.raises(ValueError, match=rf"{name}: probs must sum to 1 along the last axis"):
+        backend.make(name, 0.5, probs=np.array([0.2, 0.3, 0.4]), validate_args=True)
+
+
+@pytest.mark.parametrize("name", N_ARY)
+@pytest.mark.parametrize("logits", [np.array([1.0]), np.array(1.0), np.zeros((3, 1))], ids=["K1", "scalar", "batch-K1"])
+def test_fewer_than_two_categories_raise(backend, name, logits):
+    """Structural: raised even with validation off."""
+    with pytest.raises(ValueError, match=rf"{name}: (needs at least 2 categories|logits must have a last axis)"):
+        backend.make(name, 0.5, logits=logits, validate_args=False)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_structural_errors_raise_without_validation(backend, name):
+    with pytest.raises(ValueError, match="got both"):
+        backend.make(name, 0.5, logits=_good_logits(name), probs=_good_probs(name), validate_args=False)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        backend.make(name, np.ones(4) / 2, logits=_batch_of_two(name), validate_args=False)
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        backend.make(name, -0.5, logits=_good_logits(name), validate_args=False)
+
+
+OFF_SUPPORT = {
+    "Concrete": [np.array([0.5, 0.6, 0.1]), np.array([-0.1, 0.6, 0.5]), np.array([np.nan, 0.5, 0.5])],
+    "ExpConcrete": [np.log([0.5, 0.6, 0.1]), np.array([0.1, -1.0, -2.0]), np.array([0.2, 0.3, 0.5])],
+    "BinConcrete": [np.array([0.5, 1.5]), np.array([-0.1, 0.5]), np.array([np.nan, 0.5])],
+    "LogitBinConcrete": [np.array([np.nan, 0.5])],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_values_off_the_support_raise_under_validation(backend, name):
+    d = backend.make(name, 0.5, logits=_good_logits(name), validate_args=True)
+    for value in OFF_SUPPORT[name]:
+        with pytest.raises(ValueError, match="support"):
+            d.log_prob(backend.array(value))
+
+
+@pytest.mark.parametrize("name", N_ARY)
+def test_values_with_the_wrong_event_shape_raise_under_validation(backend, name):
+    d = backend.make(name, 0.5, logits=_good_logits(name), validate_args=True)
+    with pytest.raises(ValueError, match="event_shape|event shape"):
+        d.log_prob(backend.array(np.full(4, 0.25)))

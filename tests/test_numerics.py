@@ -1,0 +1,197 @@
+"""Numerics: own samples are scored finitely and correctly over the whole grid -- by the object that
+drew them, by a second distribution of the family, and after the PPL's sample/trace/replay --
+gradients stay finite, arbitrary values never give NaN, and boundary values get their limit."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests import reference
+from tests.cases import BINARY, N_ARY, NAMES
+
+TEMPERATURES = (0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.0)
+SIZES = (2, 10, 100, 1000)
+DTYPES = ("float32", "float64")
+GRID = [(name, t, k, dt) for name in NAMES for t in TEMPERATURES for k in SIZES for dt in DTYPES]
+
+
+def _grid_id(params):
+    name, t, k, dt = params
+    return f"{name}-T{t}-K{k}-{dt}"
+
+
+def _logits(k, seed):
+    """Half of the entries spread over [-50, 50] (the extremes included), half moderate."""
+    rng = np.random.default_rng(seed)
+    logits = np.where(rng.random(k) < 0.5, rng.uniform(-50, 50, k), rng.normal(0, 3, k))
+    logits[0], logits[-1] = 50.0, -50.0
+    return logits
+
+
+def _second_scorer(name, t, k):
+    """Another distribution of the same family: other logits and temperature (a prior scoring a
+    posterior sample, as in the paper's relaxed ELBO with distinct temperatures)."""
+    return 0.75 * t, _logits(k, seed=k + 1) / 2
+
+
+def _assert_scores(actual, expected, what):
+    """Finite and within 0.01 nats + 1e-4 relative of the float64 reference at the same noise."""
+    assert np.all(np.isfinite(actual)), f"{what}: {np.mean(~np.isfinite(actual)):.1%} non-finite"
+    error = np.abs(actual - expected)
+    bound = 0.01 + 1e-4 * np.abs(expected)
+    assert np.all(error <= bound), f"{what}: worst error {np.max(error - bound) + 0.01:.3g} nats"
+
+
+def _draw(backend, name, t, k, dtype, n, seed=0):
+    """A sample of n draws (K categories, or K independent binary variables) with its float64
+    reference log-space coordinates at the same noise."""
+    logits = _logits(k, seed=k)
+    d = backend.make(name, t, logits=logits, dtype=dtype, validate_args=True)
+    value = backend.sample(d, (n,), seed)
+    y_ref = reference.sample_log_coordinates(name, backend.uniforms(d, (n,), seed), logits, t)
+    return d, logits, value, y_ref
+
+
+def _n(k):
+    return max(16, 4096 // k)
+
+
+@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+def test_own_samples_are_scored_exactly(backend, name, t, k, dtype):
+    d, logits, value, y_ref = _draw(backend, name, t, k, dtype, _n(k))
+    actual = backend.numpy(d.log_prob(value))
+    _assert_scores(actual, reference.log_density_at_log_coordinates(name, y_ref, logits, t), "own samples")
+
+
+@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+def test_second_distribution_scores_samples_exactly(backend, name, t, k, dtype):
+    _, _, value, y_ref = _draw(backend, name, t, k, dtype, _n(k))
+    t2, logits2 = _second_scorer(name, t, k)
+    scorer = backend.make(name, t2, logits=logits2, dtype=dtype, validate_args=True)
+    actual = backend.numpy(scorer.log_prob(value))
+    _assert_scores(actual, reference.log_density_at_log_coordinates(name, y_ref, logits2, t2), "second scorer")
+
+
+@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+def test_scores_survive_sample_trace_and_replay(backend, name, t, k, dtype):
+    """The guide draws site "z"; the model (other parameters) scores the replayed value."""
+    n = _n(k)
+    logits = _logits(k, seed=k)
+    t2, logits2 = _second_scorer(name, t, k)
+    batch = (n, k) if name in BINARY else (n,)
+    guide_dist = backend.make(name, t, logits=logits, dtype=dtype, validate_args=True).expand(batch)
+    model_dist = backend.make(name, t2, logits=logits2, dtype=dtype, validate_args=True).expand(batch)
+    value, u, guide_lp, model_lp = backend.trace_guide_then_model(guide_dist, model_dist, seed=5)
+    y_ref = reference.sample_log_coordinates(name, u, logits, t)
+    _assert_scores(guide_lp, reference.log_density_at_log_coordinates(name, y_ref, logits, t), "guide site")
+    _assert_scores(model_lp, reference.log_density_at_log_coordinates(name, y_ref, logits2, t2), "model site")
+
+
+@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+def test_gradients_of_scores_are_finite(backend, name, t, k, dtype):
+    """d/d(logits, temperature) of log q(z) - log p(z), z = rsample from q: finite everywhere."""
+    t2, logits2 = _second_scorer(name, t, k)
+    p = backend.make(name, t2, logits=logits2, dtype=dtype)
+
+    def kl_estimate(logits, temperature):
+        q = getattr(backend.lib, name)(temperature, logits=logits)
+        z = backend.sample(q, (_n(k),), seed=7)
+        return (q.log_prob(z) - p.log_prob(z)).sum()
+
+    value, grads = backend.value_and_grad(kl_estimate, _logits(k, seed=k), np.asarray(t), dtype=dtype)
+    assert np.isfinite(value)
+    for grad in grads:
+        assert np.all(np.isfinite(grad))
+
+
+# ----------------------------------------------------------------------------- values we did not draw
+
+
+def _limit(name, y, logits, t):
+    """The reference density's limit at log-space coordinates ``y`` holding ±inf, taken along
+    y -> ±inf (all infinite coordinates together): finite if it has converged, else ±inf."""
+    far, farther = (reference.log_density_at_log_coordinates(name, np.where(np.isinf(y), s * np.sign(y), y), logits, t) for s in (1e6, 2e6))
+    diverging = np.abs(farther - far) > 1e-6
+    return np.where(diverging, np.copysign(np.inf, farther - far), farther)
+
+
+@pytest.mark.parametrize("t", [0.1, 0.5, 1.0, 2.0, 5.0])
+@pytest.mark.parametrize("name", NAMES)
+def test_boundary_values_get_the_limit(backend, name, t, dtype):
+    """Values on the boundary of the support (x_k = 0, x in {0, 1}, y = ±inf) get the density's
+    limit (+inf, -inf, or finite as for K = 2, t = 1), never NaN."""
+    if name in N_ARY:  # K = 2 at t = 1 and K = 3 at t = 1/2 have finite limits
+        x = np.array([[0.0, 1.0], [1.0, 0.0]]) if t == 1.0 else np.array([[0.0, 0.3, 0.7], [0.0, 0.0, 1.0], [0.2, 0.8, 0.0]])
+        logits = np.linspace(-1, 1, x.shape[-1])
+        with np.errstate(divide="ignore"):
+            y = np.log(x)
+        value = x if name == "Concrete" else y
+    else:
+        logits = np.array([-1.5, 0.0, 2.0])
+        y = np.array([[-np.inf, np.inf, -np.inf], [np.inf, -np.inf, np.inf]])
+        value = np.where(y > 0, 1.0, 0.0) if name == "BinConcrete" else y
+    d = backend.make(name, t, logits=logits, dtype=dtype)
+    actual = backend.numpy(d.log_prob(backend.array(value, dtype)))
+    expected = _limit(name, y, logits, t)
+    assert not np.isnan(actual).any()
+    np.testing.assert_array_equal(np.isinf(actual), np.isinf(expected))
+    np.testing.assert_array_equal(np.sign(actual), np.sign(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_tiny_interior_values_are_finite_and_exact(backend, name, dtype):
+    """Representable interior points, down to subnormals, are scored from log x exactly."""
+    tiny = {"float32": 1e-40, "float64": 1e-310}[dtype]
+    if name == "Concrete":
+        value = np.array([[tiny, 0.5 - tiny, 0.5], [tiny, tiny, 1.0 - 2 * tiny]])
+        logits = np.array([0.3, -0.2, 1.0])
+    else:
+        value = np.array([tiny, 0.5, 1 - 1e-7 if dtype == "float32" else 1 - 1e-16])
+        logits = np.array([0.3])
+    value = value.astype(dtype).astype(np.float64)
+    for t in (0.01, 0.5, 2.0):
+        actual = backend.numpy(backend.make(name, t, logits=logits, dtype=dtype).log_prob(backend.array(value, dtype)))
+        expected = reference.log_density(name, value, logits, t)
+        assert np.all(np.isfinite(actual))
+        np.testing.assert_allclose(actual, expected, rtol={"float32": 1e-5, "float64": 1e-12}[dtype])
+
+
+# ----------------------------------------------------------------------------- property-based fuzz
+
+
+@given(
+    name=st.sampled_from(NAMES),
+    k=st.integers(2, 64),
+    t=st.floats(0.01, 10.0),
+    dtype=st.sampled_from(DTYPES),
+    data=st.data(),
+)
+def test_fuzz_scores_and_gradients(backend, name, k, t, dtype, data):
+    """Logits in [-50, 50], t in [0.01, 10], K in [2, 64]: own samples scored within tolerance,
+    interior points we did not draw scored finitely and accurately, gradients finite."""
+    logits = np.array(data.draw(st.lists(st.floats(-50, 50), min_size=k, max_size=k)))
+    seed = data.draw(st.integers(0, 2**16))
+    d = backend.make(name, t, logits=logits, dtype=dtype, validate_args=True)
+    value = backend.sample(d, (8,), seed)
+    y_ref = reference.sample_log_coordinates(name, backend.uniforms(d, (8,), seed), logits, t)
+    expected = reference.log_density_at_log_coordinates(name, y_ref, logits, t)
+    _assert_scores(backend.numpy(d.log_prob(value)), expected, "own samples")
+
+    # interior points not drawn by us (only their float value, no carried coordinates)
+    rng = np.random.default_rng(seed)
+    y = rng.normal(0, 3, (8, k))
+    if name in N_ARY:
+        y = y - np.logaddexp.reduce(y, axis=-1, keepdims=True)
+    points = reference.value_from_log_coordinates(name, y).astype(dtype).astype(np.float64)
+    actual = backend.numpy(d.log_prob(backend.array(points, dtype)))
+    _assert_scores(actual, reference.log_density(name, points, logits, t), "interior points")
+
+    def score(logits, temperature):
+        q = getattr(backend.lib, name)(temperature, logits=logits)
+        return q.log_prob(backend.sample(q, (8,), seed)).sum()
+
+    _, grads = backend.value_and_grad(score, logits, np.asarray(t), dtype=dtype)
+    assert all(np.all(np.isfinite(g)) for g in grads)
