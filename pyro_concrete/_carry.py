@@ -20,7 +20,8 @@ _entries = {}
 
 
 def _key(value):
-    return (value.data_ptr(), tuple(value.shape), value.stride(), value.dtype, value.device)
+    # int(): under torch.jit.trace (Pyro's JitTrace_ELBO) sizes are traced tensors hashed by identity
+    return (value.data_ptr(), tuple(int(size) for size in value.shape), value.stride(), value.dtype, value.device)
 
 
 def _drop(key, ref):

@@ -135,7 +135,16 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
     return torch.where(at_end, limit, interior)
 
 
+def log(x):
+    """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
+    cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""
+    zero = x == 0
+    return torch.log(x.masked_fill(zero, 1.0)).masked_fill(zero, -math.inf)
+
+
 def logit(x):
-    """log x - log(1 - x), exact for float x in [0, 1] (±inf at the ends)."""
-    return torch.log(x) - torch.log1p(-x)
+    """log x - log(1 - x), exact for float x in [0, 1]: ±inf at the ends, with a zero gradient there."""
+    end = (x == 0) | (x == 1)
+    inside = x.masked_fill(end, 0.5)
+    return (torch.log(inside) - torch.log1p(-inside)).masked_fill(end, math.inf).masked_fill(x == 0, -math.inf)
 

@@ -101,7 +101,7 @@ class Concrete(_NaryConcrete):
         y = _carry.recall(value, "log")
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
-        return _numerics.concrete_log_prob_at_boundary(torch.log(value), self.logits, self.temperature)
+        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""

@@ -14,7 +14,7 @@ from torch.distributions.transforms import Transform
 
 from . import _carry
 from . import constraints as concrete_constraints
-from ._numerics import logit
+from ._numerics import log, logit
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
 
@@ -71,7 +71,7 @@ class SimplexTransform(_VectorTransform):
     def _inverse(self, x):
         y = _carry.recall(x, "log")
         if y is None:
-            y = torch.log(x)
+            y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x):

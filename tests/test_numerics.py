@@ -142,6 +142,26 @@ def test_boundary_values_get_the_limit(backend, name, t, dtype):
 
 
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_masked_boundary_values_do_not_poison_gradients(backend, name):
+    """A value with exact zeros (or ones), masked out, contributes zero gradient, not NaN."""
+    if name == "Concrete":
+        logits, value = np.array([0.3, -0.2, 1.0]), np.array([[0.2, 0.3, 0.5], [0.0, 0.4, 0.6]])
+    else:
+        logits, value = np.array([0.3, -0.2]), np.array([[0.2, 0.7], [0.0, 1.0]])
+    mask = np.array([True, False])[:, None] if name == "BinConcrete" else np.array([True, False])
+
+    def masked_score(logits, value):
+        d = getattr(backend.lib, name)(0.5, logits=logits)
+        return d.mask(backend.array(mask, "bool")).log_prob(value).sum()
+
+    total, grads = backend.value_and_grad(masked_score, logits, value)
+    assert np.isfinite(total)
+    for grad in grads:
+        assert np.all(np.isfinite(grad)), grad
+    np.testing.assert_array_equal(grads[1][1], 0.0)  # the masked boundary row
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_tiny_interior_values_are_finite_and_exact(backend, name, dtype):
     """Representable interior points, down to subnormals, are scored from log x exactly."""
     tiny = {"float32": 1e-40, "float64": 1e-310}[dtype]

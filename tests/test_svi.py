@@ -39,6 +39,26 @@ def test_svi_recovers_the_prior_logits(backend, name, temperature):
     assert np.all(np.isfinite(losses))
 
 
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_compiled_svi_at_low_temperature(backend, name):
+    """Under the PPL's compiler (Pyro: JitTrace_ELBO) at t = 0.01 with logits of +-50, where the
+    samples underflow: losses and gradients stay finite and the guide still finds the prior."""
+    prior_logits = np.array([50.0, -50.0, 3.0])
+    event = 1 if name == "BinConcrete" else 0
+
+    def model():
+        backend.site("z", backend.make(name, 0.01, logits=prior_logits, dtype="float32").to_event(event))
+
+    def guide():
+        phi = backend.param("phi", np.zeros(3))
+        backend.site("z", getattr(backend.lib, name)(0.02, logits=phi).to_event(event))
+
+    losses, params = backend.svi(model, guide, steps=200, lr=0.05, seed=0, jit=True)
+    assert np.all(np.isfinite(losses))
+    probs = expit if name == "BinConcrete" else softmax
+    assert np.abs(probs(params["phi"]) - probs(prior_logits)).max() < RECOVERY_TOLERANCE
+
+
 @pytest.mark.parametrize("names", [("Concrete", "ExpConcrete"), ("BinConcrete", "LogitBinConcrete")])
 def test_log_space_nodes_give_the_same_elbo(backend, names):
     """KL is invariant under exp / sigmoid: with the same noise, training the log-space node follows

@@ -22,8 +22,9 @@ An adapter provides:
 ``trace_guide_then_model(guide_dist, model_dist, seed)``
                                     draw site "z" from a guide, replay it into a model: returns
                                     (value, uniforms, guide log_prob, model log_prob)
-``svi(model, guide, steps, lr, seed, num_particles)``
-                                    run SVI with Trace_ELBO and Adam: (losses, params)
+``svi(model, guide, steps, lr, seed, num_particles, jit)``
+                                    run SVI with Trace_ELBO and Adam, compiled by the PPL's
+                                    tracer if ``jit``: (losses, params)
 ``autoguide(kind, model)``          AutoNormal / AutoDelta / AutoMultivariateNormal
 """
 

@@ -6,7 +6,7 @@ import pyro.infer.autoguide as autoguides
 import pyro.optim
 import torch
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO
+from pyro.infer import SVI, JitTrace_ELBO, Trace_ELBO
 
 import pyro_concrete
 from pyro_concrete import _numerics
@@ -87,10 +87,12 @@ class Backend:
             self.numpy(model_trace.nodes["z"]["log_prob"]),
         )
 
-    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1):
+    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1, jit=False):
         pyro.clear_param_store()
         pyro.set_rng_seed(seed)
-        elbo = Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
+        elbo_class = JitTrace_ELBO if jit else Trace_ELBO
+        kwargs = {"ignore_jit_warnings": True} if jit else {}
+        elbo = elbo_class(num_particles=num_particles, vectorize_particles=num_particles > 1, **kwargs)
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
         losses = np.array([svi.step() for _ in range(steps)])
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
