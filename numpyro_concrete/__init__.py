@@ -1,1 +1,22 @@
-"""The Concrete distribution family for NumPyro (placeholder: the NumPyro backend is issue 3)."""
+"""The Concrete distribution family for NumPyro, computed in log space.
+
+Maddison, Mnih & Teh, "The Concrete Distribution: A Continuous Relaxation of Discrete Random
+Variables", ICLR 2017.
+"""
+
+from . import constraints, transforms  # noqa: F401  (registers biject_to)
+from .constraints import log_simplex
+from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+
+__all__ = [
+    "Concrete",
+    "ExpConcrete",
+    "BinConcrete",
+    "LogitBinConcrete",
+    "OneHotCategorical",
+    "ExpOneHotCategorical",
+    "Bernoulli",
+    "LogitBernoulli",
+    "log_simplex",
+]

@@ -4,6 +4,8 @@ Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``
 the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
 ``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
+Boundary branches are evaluated on inputs that are finite for them, so that ``torch.where`` never
+multiplies a zero gradient by an infinite derivative (no NaN in backward).
 """
 
 import math
@@ -46,15 +48,16 @@ def exp_concrete_log_prob(y, logits, temperature):
     """log κ(y) (appendix C.3): log (K-1)! + (K-1) log t + Σ_k b_k - K logsumexp_k b_k,
     with b_k = log a_k - t y_k. Points on the boundary of log Δ (some y_k = -inf) get -inf."""
     num_categories = y.shape[-1]
-    b = logits - temperature.unsqueeze(-1) * y
+    at_infinity = torch.isneginf(y)
+    b = logits - temperature.unsqueeze(-1) * y.masked_fill(at_infinity, 0.0)
     result = (
         math.lgamma(num_categories)
         + (num_categories - 1) * temperature.log()
         + b.sum(-1)
         - num_categories * b.logsumexp(-1)
     )
-    # b_k = +inf there, and the line above is inf - inf; the density of log-ratios vanishes at infinity.
-    return result.masked_fill(torch.isneginf(y).any(-1), -math.inf)
+    # the density of the log-ratios vanishes at infinity
+    return result.masked_fill(at_infinity.any(-1), -math.inf)
 
 
 def concrete_log_prob(y, logits, temperature):

@@ -11,7 +11,7 @@ import math
 import torch
 from torch.distributions import constraints
 
-__all__ = ["log_simplex", "simplex", "unit_interval", "log_one_hot", "plus_minus_infinity"]
+__all__ = ["log_simplex", "simplex", "unit_interval", "real", "one_hot", "log_one_hot", "plus_minus_infinity"]
 
 
 def simplex_tolerance(value):
@@ -85,5 +85,7 @@ class _PlusMinusInfinity(constraints.Constraint):
 log_simplex = _LogSimplex()
 simplex = _Simplex()
 unit_interval = _UnitInterval()
+real = constraints.real  # torch's check admits the limits ±inf of LogitBinConcrete
+one_hot = constraints.one_hot
 log_one_hot = _LogOneHot()
 plus_minus_infinity = _PlusMinusInfinity()

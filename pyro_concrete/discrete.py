@@ -57,8 +57,8 @@ class _DiscreteInLogSpace(TorchDistribution):
     has_enumerate_support = True
     _base_class = None
 
-    def __init__(self, logits=None, probs=None, validate_args=None):
-        self.base = self._base_class(logits=logits, probs=probs, validate_args=validate_args)
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        self.base = self._base_class(probs=probs, logits=logits, validate_args=validate_args)
         super().__init__(self.base.batch_shape, self.base.event_shape, validate_args=False)
         self._validate_args = self.base._validate_args
 

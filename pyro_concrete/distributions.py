@@ -229,7 +229,7 @@ class LogitBinConcrete(_BinaryConcrete):
     :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
     """
 
-    support = constraints.real
+    support = concrete_constraints.real
 
     def rsample(self, sample_shape=torch.Size()):
         return self._sample_logit(sample_shape)

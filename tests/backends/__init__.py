@@ -14,7 +14,13 @@ An adapter provides:
                                     a distribution of the package from NumPy parameters
 ``sample(d, sample_shape, seed)``   a (reparameterized where possible) sample
 ``uniforms(d, sample_shape, seed)`` the Uniform(0, 1) noise ``sample`` used for that seed (float64)
-``value_and_grad(fn, *args, dtype)`` value and gradients of a scalar function of backend arrays
+``score_samples(d, scorers, sample_shape, seed)``
+                                    a sample of ``d`` and its log_prob under ``d`` and each scorer
+                                    (NumPyro: inside one jitted function)
+``value_and_grad(fn, *args, dtype, static)``
+                                    value and gradients of a scalar function of backend arrays;
+                                    ``fn(*static, *args)`` -- NumPyro compiles and caches it per
+                                    (fn, static) when ``static`` is given (module-level fn)
 ``jacobian(fn, u)``                 Jacobian matrix of a vector function
 ``biject_to(constraint)``           the PPL's biject_to
 ``site(name, d, obs=None)``, ``param(name, init)``
@@ -30,7 +36,7 @@ An adapter provides:
 
 import importlib
 
-BACKEND_NAMES = ["pyro"]
+BACKEND_NAMES = ["pyro", "numpyro"]
 
 
 def load_backend(name):

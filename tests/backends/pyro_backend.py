@@ -43,9 +43,13 @@ class Backend:
         like = d.logits.detach()
         return _numerics.uniform(d.shape(torch.Size(sample_shape)), like).double().numpy()
 
-    def value_and_grad(self, fn, *args, dtype="float64"):
+    def score_samples(self, d, scorers=(), sample_shape=(), seed=0):
+        value = self.sample(d, sample_shape, seed)
+        return self.numpy(value), [self.numpy(s.log_prob(value)) for s in (d, *scorers)]
+
+    def value_and_grad(self, fn, *args, dtype="float64", static=None):
         leaves = [torch.tensor(np.asarray(a), dtype=_DTYPES[dtype], requires_grad=True) for a in args]
-        out = fn(*leaves)
+        out = fn(*(static or ()), *leaves)
         grads = torch.autograd.grad(out, leaves, allow_unused=True)
         grads = [np.zeros(a.shape) if g is None else g.numpy() for a, g in zip(args, grads)]
         return out.item(), grads

@@ -1,0 +1,48 @@
+"""Carry the exact log-space coordinates of a sample alongside the sample.
+
+A Concrete sample ``x = exp(y)`` underflows to exact zeros at low temperature, and a BinConcrete
+sample ``x = sigmoid(y)`` to exact 0 or 1; ``y`` itself is finite. ``Concrete.log_prob(x)`` needs
+``y``, and it is asked for it by other objects than the one that drew ``x``: in SVI the model's
+prior scores the guide's sample. NumPyro's ``intermediates`` reach only the guide's own site --
+``replay`` copies ``msg["value"]`` into the model, not the intermediates -- but the value the model
+receives is the very same Python object (a concrete array eagerly, a tracer inside ``jit``,
+``grad`` and ``vmap``).
+
+So ``y`` is kept in a registry keyed by the identity of ``x``, checked through a weak reference
+(JAX arrays and tracers are immutable, so identity is enough). An entry is dropped when ``x`` is
+freed; a tracer never outlives its trace. A value with no entry (any new array computed from
+``x``, user data) is scored from ``log x``, which is exact wherever ``x`` did not underflow.
+"""
+
+import weakref
+
+_entries = {}
+
+
+def _drop(key, ref):
+    entry = _entries.get(key)
+    if entry is not None and entry[0] is ref:
+        del _entries[key]
+
+
+def attach(value, coordinates, kind):
+    """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
+    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates)). Returns value."""
+    key = id(value)
+    try:
+        ref = weakref.ref(value, lambda ref, key=key: _drop(key, ref))
+    except TypeError:  # not weak-referenceable (e.g. a NumPy array): nothing to carry
+        return value
+    _entries[key] = (ref, coordinates, kind)
+    return value
+
+
+def recall(value, kind):
+    """The coordinates attached to ``value``, or None."""
+    entry = _entries.get(id(value))
+    if entry is None:
+        return None
+    ref, coordinates, entry_kind = entry
+    if entry_kind != kind or ref() is not value:
+        return None
+    return coordinates

@@ -1,0 +1,155 @@
+"""Parameter promotion and the ValueErrors of the Concrete family.
+
+Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
+does not broadcast with the batch shape) are always errors, inside ``jit`` too. Checks that read
+parameter values (NaN, infinities, temperatures <= 0, probabilities) run when validation is on
+(``numpyro.enable_validation()`` or ``validate_args=True``; off by default in NumPyro) and the
+values are concrete -- inside ``jit`` they are tracers and cannot be read. A Python-number
+temperature is always checked since that costs nothing.
+"""
+
+import math
+import numbers
+
+import jax.numpy as jnp
+import numpy as np
+from numpyro.distributions import Distribution
+from numpyro.util import not_jax_tracer
+
+from .constraints import simplex_tolerance
+
+
+def validation_enabled(validate_args):
+    return Distribution._validate_args if validate_args is None else bool(validate_args)
+
+
+def _fail(cls_name, message):
+    raise ValueError(f"{cls_name}: {message}")
+
+
+def _as_float_array(x, dtype=None):
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(dtype or jnp.result_type(float))
+    return x
+
+
+def _check_values(cls_name, name, x, low_open=None, high_open=None):
+    if not not_jax_tracer(x):
+        return
+    x = np.asarray(x)
+    if np.isnan(x).any():
+        _fail(cls_name, f"{name} contains NaN")
+    if np.isinf(x).any():
+        _fail(cls_name, f"{name} must be finite, found {x[np.isinf(x)].flatten()[0]}")
+    if low_open is not None and (x <= low_open).any():
+        _fail(cls_name, f"{name} must be > {low_open}, found {x.min():g}")
+    if high_open is not None and (x >= high_open).any():
+        _fail(cls_name, f"{name} must be < {high_open}, found {x.max():g}")
+
+
+def _check_probs(cls_name, probs, categorical):
+    if not not_jax_tracer(probs):
+        return
+    tol = simplex_tolerance(probs)
+    probs = np.asarray(probs)
+    if np.isnan(probs).any():
+        _fail(cls_name, "probs contains NaN")
+    if (probs < 0).any() or (probs > 1).any():
+        _fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min():g}, {probs.max():g}]")
+    if categorical:
+        error = np.abs(probs.sum(-1) - 1).max()
+        if error > tol:
+            _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
+    if (probs == 0).any() or (probs == 1).any():
+        _fail(
+            cls_name,
+            "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
+            "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead",
+        )
+
+
+def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
+    """Returns (temperature, logits, probs or None, batch_shape), broadcast to the batch shape.
+
+    ``event_dim`` is 1 for the n-ary family (the last axis of logits holds the categories) and 0
+    for the binary family. ``temperature`` is a batch parameter: its shape broadcasts with
+    ``logits.shape[:-event_dim]`` and becomes part of the batch shape.
+    """
+    if (logits is None) == (probs is None):
+        _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    categorical = event_dim == 1
+    if probs is not None:
+        probs = _as_float_array(probs)
+        if validate:
+            _check_probs(cls_name, probs, categorical)
+        logits = jnp.log(probs) if categorical else jnp.log(probs) - jnp.log1p(-probs)
+    else:
+        logits = _as_float_array(logits)
+        if validate:
+            _check_values(cls_name, "logits", logits)
+
+    if categorical:
+        if jnp.ndim(logits) < 1:
+            _fail(cls_name, "logits must have a last axis of categories, got a scalar")
+        if jnp.shape(logits)[-1] < 2:
+            _fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {jnp.shape(logits)[-1]}")
+
+    if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
+        if not (math.isfinite(temperature) and temperature > 0):
+            _fail(cls_name, f"temperature must be positive and finite, got {temperature}")
+        temperature = jnp.asarray(float(temperature), dtype=logits.dtype)
+    else:
+        temperature = _as_float_array(temperature, logits.dtype)
+        if validate:
+            _check_values(cls_name, "temperature", temperature, low_open=0.0)
+        dtype = jnp.promote_types(temperature.dtype, logits.dtype)
+        temperature, logits = temperature.astype(dtype), logits.astype(dtype)
+        probs = None if probs is None else probs.astype(dtype)
+
+    param_batch_shape = jnp.shape(logits)[:-1] if categorical else jnp.shape(logits)
+    try:
+        batch_shape = tuple(jnp.broadcast_shapes(jnp.shape(temperature), param_batch_shape))
+    except ValueError:
+        _fail(
+            cls_name,
+            f"temperature of shape {tuple(jnp.shape(temperature))} does not broadcast with the batch shape "
+            f"{tuple(param_batch_shape)} of the logits; temperature is a batch parameter "
+            "(one per distribution, never one per category)",
+        )
+    event_shape = tuple(jnp.shape(logits)[-1:]) if categorical else ()
+    temperature = jnp.broadcast_to(temperature, batch_shape)
+    logits = jnp.broadcast_to(logits, batch_shape + event_shape)
+    probs = None if probs is None else jnp.broadcast_to(probs, batch_shape + event_shape)
+    return temperature, logits, probs, batch_shape
+
+
+class ValidatedValues:
+    """Mixin for NumPyro distributions: under validation, a value with the wrong event shape or off
+    the support raises a ValueError (NumPyro itself only warns) when it is concrete; inside ``jit``
+    the support check can only mask, which ``@validate_sample`` does (log_prob -inf)."""
+
+    def _check_value_shape(self, value):
+        if not self._validate_args:
+            return
+        event_shape = tuple(self.event_shape)
+        shape = tuple(jnp.shape(value))
+        if shape[len(shape) - len(event_shape) :] != event_shape or len(shape) < len(event_shape):
+            raise ValueError(f"The right-most size of value must match event_shape: {shape} vs {event_shape}.")
+        try:
+            jnp.broadcast_shapes(shape, tuple(self.batch_shape) + event_shape)
+        except ValueError:
+            raise ValueError(
+                f"Value is not broadcastable with batch_shape+event_shape: {shape} vs "
+                f"{tuple(self.batch_shape) + event_shape}."
+            ) from None
+
+    def _validate_sample(self, value):
+        mask = self.support(value)
+        if not_jax_tracer(mask) and not np.all(mask):
+            raise ValueError(
+                f"Expected value argument (array of shape {tuple(jnp.shape(value))}) to be within the "
+                f"support ({self.support!r}) of the distribution {type(self).__name__}, but found invalid "
+                f"values:\n{value}"
+            )
+        return mask

@@ -1,0 +1,150 @@
+"""Log-space kernels of the Concrete family (paper appendix C.3 and the cheat sheet, appendix F).
+
+Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
+the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
+never in ``y``, so nothing here takes the log of a value that could have underflowed.
+``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
+Boundary branches are evaluated on inputs that are finite for them, so that ``jnp.where`` never
+multiplies a zero cotangent by an infinite derivative (no NaN under ``jax.grad``).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+
+def uniform(key, shape, dtype):
+    """U ~ Uniform(0, 1) strictly inside (0, 1).
+
+    ``jax.random.uniform`` returns exact zeros (once in 2**23 float32 draws), which would make a
+    Gumbel or logistic variate infinite; those are moved to the smallest normal number. Its largest
+    value, ``1 - eps``, is already below 1.
+    """
+    return jnp.maximum(jax.random.uniform(key, shape, dtype), jnp.finfo(dtype).tiny)
+
+
+def gumbel(key, shape, dtype):
+    """G = -log(-log U), always finite (paper appendix F)."""
+    return -jnp.log(-jnp.log(uniform(key, shape, dtype)))
+
+
+def logistic(key, shape, dtype):
+    """L = log U - log(1 - U), always finite (paper appendix F)."""
+    u = uniform(key, shape, dtype)
+    return jnp.log(u) - jnp.log1p(-u)
+
+
+# ----------------------------------------------------------------------------- n-ary Concrete
+
+
+def exp_concrete_sample(key, logits, temperature, shape):
+    """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
+    scores = (logits + gumbel(key, shape, logits.dtype)) / temperature[..., None]
+    return jax.nn.log_softmax(scores, axis=-1)
+
+
+def exp_concrete_log_prob(y, logits, temperature):
+    """log κ(y) (appendix C.3): log (K-1)! + (K-1) log t + Σ_k b_k - K logsumexp_k b_k,
+    with b_k = log a_k - t y_k. Points on the boundary of log Δ (some y_k = -inf) get -inf."""
+    num_categories = y.shape[-1]
+    at_infinity = jnp.isneginf(y)
+    b = logits - temperature[..., None] * jnp.where(at_infinity, 0.0, y)
+    result = (
+        math.lgamma(num_categories)
+        + (num_categories - 1) * jnp.log(temperature)
+        + b.sum(-1)
+        - num_categories * logsumexp(b, axis=-1)
+    )
+    # the density of the log-ratios vanishes at infinity
+    return jnp.where(at_infinity.any(-1), -jnp.inf, result)
+
+
+def concrete_log_prob(y, logits, temperature):
+    """Concrete log density (eq. 11) at x = exp(y), for y with finite entries: log κ(y) - Σ_k y_k."""
+    return exp_concrete_log_prob(y, logits, temperature) - y.sum(-1)
+
+
+def concrete_log_prob_at_boundary(y, logits, temperature):
+    """Concrete log density (eq. 11) at x = exp(y), where y may hold -inf (x_k = 0 exactly).
+
+    At a boundary point with m zero coordinates the density has the limit reached as those
+    coordinates go to 0 together: with c = m (t + 1) - K t it is +inf for c > 0, -inf for c < 0 and
+    finite for c = 0 (e.g. K = 2, t = 1, or K = 3, t = 1/2), where it is
+    log (K-1)! + (K-1) log t + Σ_k log a_k - (t+1) Σ_{x_k>0} y_k - K logsumexp_{x_k=0} log a_k.
+    Gradients stay finite: every branch is evaluated on inputs that are finite for it.
+    """
+    num_categories = y.shape[-1]
+    t = temperature
+    zero = jnp.isneginf(y)
+    num_zero = zero.sum(-1)
+    on_boundary = num_zero > 0
+    y_inside = jnp.where(zero, 0.0, y)
+    interior = concrete_log_prob(y_inside, logits, t)
+
+    # log-sum-exp of the logits of the zero coordinates, only on rows that have some
+    logits_of_zeros = jnp.where(zero, logits, -jnp.inf)
+    logits_of_zeros = jnp.where(on_boundary[..., None], logits_of_zeros, 0.0)
+    finite_limit = (
+        math.lgamma(num_categories)
+        + (num_categories - 1) * jnp.log(t)
+        + logits.sum(-1)
+        - (t + 1) * y_inside.sum(-1)
+        - num_categories * logsumexp(logits_of_zeros, axis=-1)
+    )
+    slope = num_zero * (t + 1) - num_categories * t
+    limit = jnp.where(slope > 0, jnp.inf, jnp.where(slope < 0, -jnp.inf, finite_limit))
+    return jnp.where(on_boundary, limit, interior)
+
+
+# ----------------------------------------------------------------------------- binary Concrete
+
+
+def logit_bin_concrete_sample(key, logits, temperature, shape):
+    """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
+    return (logits + logistic(key, shape, logits.dtype)) / temperature
+
+
+def logit_bin_concrete_log_prob(y, logits, temperature):
+    """log g(y) = log t + s - 2 log(1 + exp(s)), s = log a - t y (appendix C.3.2).
+
+    Written as log t - |s| - 2 log1p(exp(-|s|)), which is exact for every s and gives -inf (not
+    inf - inf) at y = ±inf.
+    """
+    s = jnp.abs(logits - temperature * y)
+    return jnp.log(temperature) - s - 2 * jnp.log1p(jnp.exp(-s))
+
+
+def bin_concrete_log_prob(y, logits, temperature):
+    """BinConcrete log density (eq. 17) at x = sigmoid(y), y finite: log g(y) - log x - log(1 - x),
+    where -log x - log(1 - x) = |y| + 2 log1p(exp(-|y|))."""
+    abs_y = jnp.abs(y)
+    return logit_bin_concrete_log_prob(y, logits, temperature) + abs_y + 2 * jnp.log1p(jnp.exp(-abs_y))
+
+
+def bin_concrete_log_prob_at_boundary(y, logits, temperature):
+    """BinConcrete log density (eq. 17) at x = sigmoid(y), where y may be ±inf (x = 0 or 1 exactly).
+
+    Near either end the density behaves like x^(t-1) (resp. (1-x)^(t-1)): the limit is +inf for
+    t < 1, -inf for t > 1, and for t = 1 it is log a at x = 1 and -log a at x = 0.
+    """
+    at_end = jnp.isinf(y)
+    interior = bin_concrete_log_prob(jnp.where(at_end, 0.0, y), logits, temperature)
+    finite_limit = jnp.log(temperature) + jnp.sign(y) * logits
+    limit = jnp.where(temperature < 1, jnp.inf, jnp.where(temperature > 1, -jnp.inf, finite_limit))
+    return jnp.where(at_end, limit, interior)
+
+
+def log(x):
+    """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
+    cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""
+    zero = x == 0
+    return jnp.where(zero, -jnp.inf, jnp.log(jnp.where(zero, 1.0, x)))
+
+
+def logit(x):
+    """log x - log(1 - x), exact for float x in [0, 1]: ±inf at the ends, with a zero gradient there."""
+    end = (x == 0) | (x == 1)
+    inside = jnp.where(end, 0.5, x)
+    return jnp.where(end, jnp.where(x == 0, -jnp.inf, jnp.inf), jnp.log(inside) - jnp.log1p(-inside))

@@ -1,0 +1,254 @@
+"""The Concrete family (Maddison, Mnih & Teh, ICLR 2017) as NumPyro distributions.
+
+All four share the constructor ``X(temperature, logits=None, probs=None, validate_args=None)``:
+exactly one of ``logits`` (log alpha, unnormalized allowed) or ``probs``; ``temperature`` a Python
+number or an array whose shape broadcasts with the batch shape and is part of it.
+"""
+
+import jax
+import jax.numpy as jnp
+from numpyro.distributions import Distribution, constraints
+from numpyro.distributions.util import lazy_property, validate_sample
+
+from . import _carry, _numerics
+from . import constraints as concrete_constraints
+from ._checks import ValidatedValues, promote_params, validation_enabled
+from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
+
+__all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
+
+
+class _ConcreteFamily(ValidatedValues, Distribution):
+    """Parameters, shapes and ``expand`` shared by the four distributions."""
+
+    reparametrized_params = ["temperature", "logits", "probs"]
+    _event_dim = None  # 1 for the n-ary distributions, 0 for the binary ones
+
+    def __init__(self, temperature, logits=None, probs=None, validate_args=None):
+        validate = validation_enabled(validate_args)
+        self.temperature, self.logits, probs, batch_shape = promote_params(
+            type(self).__name__, temperature, logits, probs, self._event_dim, validate
+        )
+        if probs is not None:
+            self.probs = probs
+        event_shape = tuple(jnp.shape(self.logits)[-1:]) if self._event_dim else ()
+        super().__init__(batch_shape, event_shape, validate_args=False)
+        self._validate_args = validate
+
+    def expand(self, batch_shape):
+        # the same class with broadcast parameters (not ExpandedDistribution), so that the sample a
+        # plate draws is the very object that carries its log coordinates
+        batch_shape = tuple(batch_shape)
+        if batch_shape == self.batch_shape:
+            return self
+        new = type(self).__new__(type(self))
+        new.temperature = jnp.broadcast_to(self.temperature, batch_shape)
+        new.logits = jnp.broadcast_to(self.logits, batch_shape + self.event_shape)
+        if "probs" in self.__dict__:
+            new.probs = jnp.broadcast_to(self.probs, batch_shape + self.event_shape)
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def sample(self, key, sample_shape=()):
+        return self.sample_with_intermediates(key, sample_shape)[0]
+
+
+class _NaryConcrete(_ConcreteFamily):
+    arg_constraints = {
+        "temperature": constraints.positive,
+        "logits": constraints.real_vector,
+        "probs": constraints.simplex,
+    }
+    _event_dim = 1
+
+    @lazy_property
+    def probs(self):
+        return jax.nn.softmax(self.logits, axis=-1)
+
+    def _sample_log(self, key, sample_shape):
+        return _numerics.exp_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
+
+
+class Concrete(_NaryConcrete):
+    r"""The Concrete distribution (paper Definition 1): a relaxed one-hot vector on the simplex.
+
+    .. math::
+        p_{\alpha,\lambda}(x) = (K-1)!\,\lambda^{K-1} \prod_{k=1}^{K}
+            \frac{\alpha_k x_k^{-\lambda-1}}{\sum_{i=1}^{K} \alpha_i x_i^{-\lambda}}  \qquad (11)
+
+    with respect to Lebesgue measure on :math:`(x_1, \dots, x_{K-1})`. Sampling is
+    :math:`X = \mathrm{softmax}((\log\alpha + G)/\lambda)`, :math:`G_k` i.i.d. Gumbel (eq. 10).
+
+    Numerics: a sample is computed in log space as an :class:`ExpConcrete` sample ``y`` and shown
+    as ``x = exp(y)``, which underflows to exact zeros at low temperature; ``y`` is carried with
+    ``x`` (as NumPyro ``intermediates`` for the site that drew it, and by identity to the model's
+    replayed site and any other distribution scoring it, inside ``jit``/``grad``/``vmap`` too), so
+    ``log_prob`` of a sample is finite and exact. Other values are scored from ``log x``; at a
+    boundary point (some ``x_k = 0``) the result is the density's limit.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    """
+
+    support = concrete_constraints.simplex
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        y = self._sample_log(key, sample_shape)
+        return _carry.attach(jnp.exp(y), y, "log"), [y]
+
+    @validate_sample
+    def log_prob(self, value, intermediates=None):
+        self._check_value_shape(value)
+        y = intermediates[0] if intermediates else _carry.recall(value, "log")
+        if y is not None:
+            return _numerics.concrete_log_prob(y, self.logits, self.temperature)
+        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+
+    def discrete(self):
+        """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
+        return OneHotCategorical(logits=self.logits, validate_args=self._validate_args)
+
+
+class ExpConcrete(_NaryConcrete):
+    r"""ExpConcrete (paper appendix C.3): ``Y = log X`` for ``X ~ Concrete``, a point of log Δ.
+
+    .. math::
+        \log\kappa_{\alpha,\lambda}(y) = \log (K-1)! + (K-1)\log\lambda
+            + \sum_{k=1}^{K} (\log\alpha_k - \lambda y_k)
+            - K \operatorname{logsumexp}_{k} (\log\alpha_k - \lambda y_k)
+
+    Base measure: following the paper, :math:`\kappa(\log x) = p_{\mathrm{Concrete}}(x) \prod_k x_k`.
+    That is the density of ``y`` with respect to the measure under which the log-ratios
+    :math:`(y_1 - y_K, \dots, y_{K-1} - y_K)` are Lebesgue (equivalently
+    :math:`dy_1 \cdots dy_{K-1} / x_K`, a measure symmetric in the coordinates) -- *not* a
+    normalized density of the free coordinates :math:`(y_1, \dots, y_{K-1})`. KL terms and
+    density ratios between ExpConcrete distributions do not depend on the base measure, which is
+    why the paper uses this node as the stochastic node of a relaxed ELBO (eq. 24). The bijection
+    registered for ``log_simplex`` has log-Jacobian 0 with respect to this measure, so autoguides
+    are consistent with it. Points on the boundary (some ``y_k = -inf``) have log density -inf.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    """
+
+    support = concrete_constraints.log_simplex
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        return self._sample_log(key, sample_shape), []
+
+    @validate_sample
+    def log_prob(self, value, intermediates=None):
+        self._check_value_shape(value)
+        return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
+
+    def discrete(self):
+        """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
+        return ExpOneHotCategorical(logits=self.logits, validate_args=self._validate_args)
+
+
+class _BinaryConcrete(_ConcreteFamily):
+    arg_constraints = {
+        "temperature": constraints.positive,
+        "logits": constraints.real,
+        "probs": constraints.unit_interval,
+    }
+    _event_dim = 0
+
+    @lazy_property
+    def probs(self):
+        return jax.nn.sigmoid(self.logits)
+
+    def _sample_logit(self, key, sample_shape):
+        return _numerics.logit_bin_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
+
+
+class BinConcrete(_BinaryConcrete):
+    r"""Binary Concrete (paper Definition 2): a relaxed Bernoulli on the unit interval (0, 1).
+
+    .. math::
+        p_{\alpha,\lambda}(x) = \frac{\lambda \alpha x^{-\lambda-1} (1-x)^{-\lambda-1}}
+            {(\alpha x^{-\lambda} + (1-x)^{-\lambda})^2}  \qquad (17)
+
+    Sampling is :math:`X = \sigma((\log\alpha + L)/\lambda)`, L standard logistic (eq. 16). A
+    sample is computed as its logit and shown as ``x = sigmoid(y)``, which rounds to exactly 0 or 1
+    at low temperature; the logit is carried with ``x`` (see :class:`Concrete`), so ``log_prob``
+    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit.
+    ``cdf`` and ``icdf`` are closed form: :math:`F(x) = \sigma(\lambda\,\mathrm{logit}(x) - \log\alpha)`.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha (the log-odds), any shape.
+    :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
+    """
+
+    support = concrete_constraints.unit_interval
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        y = self._sample_logit(key, sample_shape)
+        return _carry.attach(jax.nn.sigmoid(y), y, "logit"), [y]
+
+    def _logit_of(self, value):
+        y = _carry.recall(value, "logit")
+        return _numerics.logit(value) if y is None else y
+
+    @validate_sample
+    def log_prob(self, value, intermediates=None):
+        self._check_value_shape(value)
+        y = intermediates[0] if intermediates else _carry.recall(value, "logit")
+        if y is not None:
+            return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
+        return _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return jax.nn.sigmoid(self.temperature * self._logit_of(value) - self.logits)
+
+    def icdf(self, value):
+        y = (self.logits + _numerics.logit(value)) / self.temperature
+        return _carry.attach(jax.nn.sigmoid(y), y, "logit")
+
+    def discrete(self):
+        """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
+        return Bernoulli(logits=self.logits, validate_args=self._validate_args)
+
+
+class LogitBinConcrete(_BinaryConcrete):
+    r"""The logit of a BinConcrete variable (paper appendix C.3.2), a scaled logistic on R.
+
+    .. math::
+        \log g_{\alpha,\lambda}(y) = \log\lambda - \lambda y + \log\alpha
+            - 2 \log(1 + \exp(-\lambda y + \log\alpha))
+
+    Sampling is :math:`Y = (\log\alpha + L)/\lambda`; ``sigmoid(Y) ~ BinConcrete``. This is the
+    node the paper recommends treating as stochastic in the binary case (eq. 27). ``cdf`` and
+    ``icdf`` are closed form: :math:`G(y) = \sigma(\lambda y - \log\alpha)`.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha (the log-odds), any shape.
+    :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
+    """
+
+    support = concrete_constraints.real
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        return self._sample_logit(key, sample_shape), []
+
+    @validate_sample
+    def log_prob(self, value, intermediates=None):
+        self._check_value_shape(value)
+        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return jax.nn.sigmoid(self.temperature * value - self.logits)
+
+    def icdf(self, value):
+        return (self.logits + _numerics.logit(value)) / self.temperature
+
+    def discrete(self):
+        """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""
+        return LogitBernoulli(logits=self.logits, validate_args=self._validate_args)

@@ -1,0 +1,101 @@
+"""Bijections from unconstrained space onto the Concrete supports, registered with ``biject_to``
+so that NumPyro's autoguides (AutoNormal, AutoDelta, AutoMultivariateNormal, ...) work on every
+site of the four distributions.
+
+All three go through log space: the simplex and unit-interval values they produce carry their
+exact log coordinates (see ``_carry``), so the model scores an autoguide's value exactly even where
+it underflows.
+"""
+
+import jax
+import jax.numpy as jnp
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import IdentityTransform, ParameterFreeTransform, biject_to
+
+from . import _carry
+from . import constraints as concrete_constraints
+from ._numerics import log, logit
+
+__all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
+
+
+def _log_softmax_padded(u):
+    return jax.nn.log_softmax(jnp.pad(u, [(0, 0)] * (jnp.ndim(u) - 1) + [(0, 1)]), axis=-1)
+
+
+class _VectorTransform(ParameterFreeTransform):
+    """Shape bookkeeping for maps R^(K-1) -> K coordinates."""
+
+    domain = constraints.real_vector
+
+    def forward_shape(self, shape):
+        return shape[:-1] + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape):
+        return shape[:-1] + (shape[-1] - 1,)
+
+
+class LogSimplexTransform(_VectorTransform):
+    r"""u in R^(K-1) -> y = log_softmax([u, 0]) in log Δ^(K-1); inverse y -> y_{1:K-1} - y_K.
+
+    Its log-Jacobian is 0: ExpConcrete's density κ is taken with respect to the image of Lebesgue
+    measure under this map (the measure under which the log-ratios y_k - y_K are Lebesgue).
+    """
+
+    codomain = concrete_constraints.log_simplex
+
+    def __call__(self, u):
+        return _log_softmax_padded(u)
+
+    def _inverse(self, y):
+        return y[..., :-1] - y[..., -1:]
+
+    def log_abs_det_jacobian(self, u, y, intermediates=None):
+        return jnp.zeros(jnp.shape(u)[:-1], dtype=jnp.result_type(u))
+
+
+class SimplexTransform(_VectorTransform):
+    r"""u in R^(K-1) -> x = softmax([u, 0]) on the simplex, computed as exp(log_softmax) and carrying
+    its log. log|det J| = Σ_k log x_k with respect to Lebesgue measure on x_1..x_{K-1}."""
+
+    codomain = concrete_constraints.simplex
+
+    def __call__(self, u):
+        y = _log_softmax_padded(u)
+        return _carry.attach(jnp.exp(y), y, "log")
+
+    def _inverse(self, x):
+        y = _carry.recall(x, "log")
+        if y is None:
+            y = log(x)
+        return y[..., :-1] - y[..., -1:]
+
+    def log_abs_det_jacobian(self, u, x, intermediates=None):
+        y = _carry.recall(x, "log")
+        if y is None:
+            y = _log_softmax_padded(u)
+        return y.sum(-1)
+
+
+class UnitIntervalTransform(ParameterFreeTransform):
+    r"""u in R -> x = sigmoid(u) in (0, 1), carrying its logit u.
+    log|det J| = log x + log(1 - x) = -softplus(-u) - softplus(u)."""
+
+    codomain = concrete_constraints.unit_interval
+    sign = 1
+
+    def __call__(self, u):
+        return _carry.attach(jax.nn.sigmoid(u), u, "logit")
+
+    def _inverse(self, x):
+        y = _carry.recall(x, "logit")
+        return logit(x) if y is None else y
+
+    def log_abs_det_jacobian(self, u, x, intermediates=None):
+        return -jax.nn.softplus(-u) - jax.nn.softplus(u)
+
+
+biject_to.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
+biject_to.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
+biject_to.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())
+biject_to.register(concrete_constraints.real, lambda constraint: IdentityTransform())

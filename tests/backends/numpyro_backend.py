@@ -1,0 +1,136 @@
+"""The NumPyro adapter (see ``tests/backends/__init__.py`` for the protocol).
+
+Every sample draws from ``jax.random.PRNGKey(seed)``; the PPL round trip and SVI run inside
+``jax.jit`` (NumPyro's normal mode), where the values the model sees are tracers.
+"""
+
+import functools
+
+import jax
+
+jax.config.update("jax_enable_x64", True)  # the suite runs float64 cases next to float32 ones
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro  # noqa: E402
+import numpyro.infer.autoguide as autoguides  # noqa: E402
+from numpyro import handlers  # noqa: E402
+from numpyro.distributions.transforms import biject_to  # noqa: E402
+from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
+
+import numpyro_concrete  # noqa: E402
+from numpyro_concrete import _numerics  # noqa: E402
+
+_DTYPES = {"float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
+
+
+class Backend:
+    name = "numpyro"
+    lib = numpyro_concrete
+
+    def array(self, x, dtype="float64"):
+        return jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype])
+
+    def numpy(self, x):
+        return np.asarray(x)
+
+    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None):
+        def convert(x):
+            return None if x is None else self.array(x, dtype)
+
+        if not isinstance(temperature, (int, float)):
+            temperature = convert(temperature)
+        cls = getattr(self.lib, name)
+        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args)
+
+    def sample(self, d, sample_shape=(), seed=0):
+        return d.sample(jax.random.PRNGKey(seed), tuple(sample_shape))
+
+    def uniforms(self, d, sample_shape=(), seed=0):
+        return self._uniforms(d, tuple(sample_shape), jax.random.PRNGKey(seed))
+
+    @staticmethod
+    def _uniforms(d, sample_shape, key):
+        return np.asarray(_numerics.uniform(key, d.shape(sample_shape), d.logits.dtype), dtype=np.float64)
+
+    def score_samples(self, d, scorers=(), sample_shape=(), seed=0):
+        value, log_probs = _score_samples(d, tuple(scorers), tuple(sample_shape), jax.random.PRNGKey(seed))
+        return np.asarray(value), [np.asarray(lp) for lp in log_probs]
+
+    def value_and_grad(self, fn, *args, dtype="float64", static=None):
+        args = [jnp.asarray(np.asarray(a), dtype=_DTYPES[dtype]) for a in args]
+        if static is None:  # a closure: eager, sharing JAX's per-operation compile cache
+            value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(args))))(*args)
+        else:  # a module-level function: one compiled gradient per (fn, static, shapes)
+            value, grads = _compiled_value_and_grad(fn, tuple(static), len(args))(*args)
+        return float(value), [np.asarray(g) for g in grads]
+
+    def jacobian(self, fn, u):
+        return np.asarray(jax.jacfwd(fn)(jnp.asarray(np.asarray(u), dtype=jnp.float64)))
+
+    def biject_to(self, constraint):
+        return biject_to(constraint)
+
+    # ------------------------------------------------------------------ PPL primitives
+
+    def site(self, name, d, obs=None):
+        return numpyro.sample(name, d, obs=obs)
+
+    def param(self, name, init):
+        return numpyro.param(name, jnp.asarray(np.asarray(init), dtype=jnp.float64))
+
+    def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
+        """Inside ``jax.jit``, as in a jitted SVI step: the model's site receives a tracer."""
+        key = jax.random.PRNGKey(seed)
+        value, guide_log_prob, model_log_prob = _round_trip(guide_dist, model_dist, key)
+        u = self._uniforms(guide_dist, (), jax.random.split(key)[1])  # the key `seed` hands the site
+        return np.asarray(value), u, np.asarray(guide_log_prob), np.asarray(model_log_prob)
+
+    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1, jit=False):
+        """``jax.jit(svi.update)`` step by step, or ``svi.run`` (one compiled loop) if ``jit``."""
+        svi = SVI(model, guide, numpyro.optim.Adam(lr), Trace_ELBO(num_particles=num_particles))
+        key = jax.random.PRNGKey(seed)
+        if jit:
+            result = svi.run(key, steps, progress_bar=False)
+            return np.asarray(result.losses), {k: np.asarray(v) for k, v in result.params.items()}
+        state = svi.init(key)
+        update = jax.jit(svi.update)
+        losses = []
+        for _ in range(steps):
+            state, loss = update(state)
+            losses.append(loss)
+        return np.asarray(losses), {k: np.asarray(v) for k, v in svi.get_params(state).items()}
+
+    def autoguide(self, kind, model):
+        return getattr(autoguides, kind)(model)
+
+
+# Module-level jitted functions: distributions are pytrees, so these compile once per distribution
+# class, shape and dtype and are reused by every parametrized case that only changes values.
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _score_samples(d, scorers, sample_shape, key):
+    value = d.sample(key, sample_shape)
+    return value, [d.log_prob(value)] + [scorer.log_prob(value) for scorer in scorers]
+
+
+@jax.jit
+def _round_trip(guide_dist, model_dist, key):
+    def guide():
+        return numpyro.sample("z", guide_dist)
+
+    def model():
+        return numpyro.sample("z", model_dist)
+
+    guide_trace = handlers.trace(handlers.seed(guide, key)).get_trace()
+    model_trace = handlers.trace(handlers.replay(model, trace=guide_trace)).get_trace()
+    g, m = guide_trace["z"], model_trace["z"]
+    assert m["value"] is g["value"]  # what reaches the model is the guide's very value object
+    guide_log_prob = g["fn"].log_prob(g["value"], g["intermediates"]) if g["intermediates"] else g["fn"].log_prob(g["value"])
+    return g["value"], guide_log_prob, m["fn"].log_prob(m["value"])
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_value_and_grad(fn, static, num_args):
+    return jax.jit(jax.value_and_grad(lambda *args: fn(*static, *args), argnums=tuple(range(num_args))))
