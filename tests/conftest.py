@@ -21,3 +21,9 @@ def backend(request):
 @pytest.fixture(params=["float32", "float64"])
 def dtype(request):
     return request.param
+
+
+@pytest.fixture(scope="session")
+def backend_pair():
+    """Both backends, for the cross-backend agreement tests."""
+    return tuple(load_backend(name) for name in BACKEND_NAMES)

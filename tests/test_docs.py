@@ -13,21 +13,25 @@ def _python_blocks(path):
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def test_readme_pyro_example_trains_and_discretizes():
-    torch = pytest.importorskip("torch")
-    (block,) = _python_blocks(ROOT / "README.md")
+@pytest.mark.parametrize("ppl", ["pyro", "numpyro"])
+def test_readme_example_runs_as_written(ppl):
+    """Each README block trains the relaxed mixture and reads off discrete clusters that separate
+    the two halves of its data."""
+    pytest.importorskip(ppl)
+    blocks = _python_blocks(ROOT / "README.md")
+    (block,) = [b for b in blocks if f"from {ppl}_concrete import" in b]
+    if ppl == "pyro":
+        import pyro
+
+        pyro.clear_param_store()
+        pyro.set_rng_seed(0)
     namespace = {}
     exec(compile(block, "README.md", "exec"), namespace)
-    pyro = namespace["pyro"]
-    pyro.clear_param_store()
-    pyro.set_rng_seed(0)
-    x = torch.cat([torch.randn(20) * 0.5 - 3, torch.randn(20) * 0.5 + 3])
-    losses = [namespace["svi"].step(x) for _ in range(300)]
-    assert losses[-1] < losses[0]
-    mode = namespace["Concrete"](2 / 3, logits=pyro.param("phi").detach()).discrete().mode
-    assert mode.shape == (40, 3) and bool((mode.sum(-1) == 1).all())
-    # the two halves of the data end up in different clusters
-    assert mode[:20].argmax(-1).mode().values != mode[20:].argmax(-1).mode().values
+    clusters = [int(c) for c in namespace["clusters"]]
+    first, second = clusters[:50], clusters[50:]
+    majority = max(set(first), key=first.count)
+    accuracy = (first.count(majority) + sum(c != majority for c in second)) / 100
+    assert accuracy >= 0.95, accuracy
 
 
 def test_demo_runs(capsys):

@@ -1,0 +1,122 @@
+"""NumPyro specifics (not a conformance test: JAX transformations have no Pyro counterpart):
+jit of sample and log_prob, vmap over parameters, pathwise grad under jit, pytree round trips, and
+validation semantics inside and outside jit."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+import numpyro  # noqa: E402
+
+import numpyro_concrete as nc  # noqa: E402
+from tests.backends import numpyro_backend  # noqa: E402,F401  (enables float64)
+
+NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
+KEY = jax.random.PRNGKey(0)
+
+
+def _logits(name):
+    return jnp.array([0.7, -1.2, 2.0, 0.1]) if name in ("Concrete", "ExpConcrete") else jnp.array([0.7, -1.2, 2.0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_of_sample_and_log_prob_matches_eager(name):
+    d = getattr(nc, name)(0.3, logits=_logits(name))
+    eager_value = d.sample(KEY, (50,))
+    jit_value = jax.jit(lambda key: d.sample(key, (50,)))(KEY)
+    np.testing.assert_allclose(jit_value, eager_value, rtol=1e-12, atol=1e-14)
+    plain = jnp.asarray(np.asarray(eager_value))  # a copy: scored from its value in both modes
+    np.testing.assert_allclose(jax.jit(d.log_prob)(plain), d.log_prob(plain), rtol=1e-12)
+    # sample and score inside one jit: the carried coordinates are found there too
+    own = jax.jit(lambda key: d.log_prob(d.sample(key, (50,))))(KEY)
+    np.testing.assert_allclose(own, d.log_prob(eager_value), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_over_parameters_equals_the_batched_distribution(name):
+    """vmap over (logits, temperature) rows gives the same log_prob and samples as one distribution
+    with batched parameters (temperature a batch parameter)."""
+    rng = np.random.default_rng(0)
+    k = (4,) if name in ("Concrete", "ExpConcrete") else ()
+    logits = jnp.asarray(rng.normal(0, 2, (3,) + k))
+    temperature = jnp.array([0.3, 1.0, 2.5])
+    batched = getattr(nc, name)(temperature, logits=logits)
+    value = batched.sample(KEY, (7,))
+    plain = jnp.asarray(np.asarray(value))
+    per_row = jax.vmap(lambda a, t, v: getattr(nc, name)(t, logits=a).log_prob(v), in_axes=(0, 0, 1), out_axes=1)
+    np.testing.assert_allclose(per_row(logits, temperature, plain), batched.log_prob(plain), rtol=1e-10)
+    keys = jax.random.split(KEY, 3)
+    samples = jax.vmap(lambda a, t, key: getattr(nc, name)(t, logits=a).sample(key))(logits, temperature, keys)
+    assert samples.shape == (3,) + k
+    assert bool(jnp.all(batched.support(samples)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jitted_pathwise_gradient_matches_finite_differences(name):
+    """jit(grad(E[f(X)])) with common random numbers equals the central finite difference."""
+    weights = jnp.linspace(0.5, 1.5, 4 if name in ("Concrete", "ExpConcrete") else 3)
+
+    def expectation(logits, temperature):
+        x = getattr(nc, name)(temperature, logits=logits).sample(KEY, (200,))
+        return jnp.mean((weights * jnp.tanh(x)).sum(-1))
+
+    logits, t = _logits(name), jnp.asarray(0.6)
+    grad_logits, grad_t = jax.jit(jax.grad(expectation, argnums=(0, 1)))(logits, t)
+    h = 1e-5
+    fd_logits = np.array([(expectation(logits.at[i].add(h), t) - expectation(logits.at[i].add(-h), t)) / (2 * h) for i in range(logits.size)])
+    fd_t = (expectation(logits, t + h) - expectation(logits, t - h)) / (2 * h)
+    np.testing.assert_allclose(grad_logits, fd_logits, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(grad_t, fd_t, rtol=1e-5, atol=1e-8)
+    assert float(jnp.abs(grad_logits).max()) > 1e-3
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("limit", [False, True], ids=["relaxed", "discrete"])
+def test_pytree_round_trip_and_passing_through_jit(name, limit):
+    d = getattr(nc, name)(jnp.array([0.3, 1.5])[:, None] if name in ("Concrete", "ExpConcrete") else 0.4, logits=_logits(name))
+    if limit:
+        d = d.discrete()
+    leaves, treedef = jax.tree_util.tree_flatten(d)
+    rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert type(rebuilt) is type(d) and rebuilt.batch_shape == d.batch_shape and rebuilt.event_shape == d.event_shape
+    value = jnp.asarray(np.asarray(d.sample(KEY, (5,))))
+    np.testing.assert_array_equal(rebuilt.log_prob(value), d.log_prob(value))
+    # a distribution as an argument of, and as the result of, a jitted function
+    np.testing.assert_allclose(jax.jit(lambda dist, v: dist.log_prob(v))(d, value), d.log_prob(value), rtol=1e-12)
+    returned = jax.jit(lambda dist: dist)(d)
+    assert type(returned) is type(d)
+    np.testing.assert_allclose(returned.log_prob(value), d.log_prob(value), rtol=1e-12)
+
+
+def test_validation_follows_numpyro_switch_and_validate_args():
+    """Value checks run when NumPyro's global validation is on (its default in NumPyro 0.22) or with
+    validate_args=True, and not when it is off."""
+    bad = jnp.array([0.5, jnp.nan, 1.0])
+    with numpyro.validation_enabled(False):
+        nc.Concrete(0.5, logits=bad)  # no value checks
+        nc.BinConcrete(0.5, logits=jnp.zeros(2)).log_prob(jnp.array([0.5, 1.5]))
+        with pytest.raises(ValueError, match="Concrete: logits contains NaN"):
+            nc.Concrete(0.5, logits=bad, validate_args=True)
+    with numpyro.validation_enabled(True):
+        with pytest.raises(ValueError, match="Concrete: logits contains NaN"):
+            nc.Concrete(0.5, logits=bad)
+        with pytest.raises(ValueError, match="support"):
+            nc.BinConcrete(0.5, logits=jnp.zeros(2)).log_prob(jnp.array([0.5, 1.5]))
+        nc.Concrete(0.5, logits=bad, validate_args=False)  # explicitly off
+
+
+def test_structural_errors_raise_inside_jit_and_value_checks_mask():
+    """Inside jit, what does not need values is still checked at construction; values cannot be
+    read there, so an off-support value gives log_prob -inf (NumPyro's masking) instead."""
+    with pytest.raises(ValueError, match="got both"):
+        jax.jit(lambda a: nc.Concrete(0.5, logits=a, probs=jax.nn.softmax(a)).logits)(jnp.zeros(3))
+    with pytest.raises(ValueError, match="needs at least 2 categories"):
+        jax.jit(lambda a: nc.ExpConcrete(0.5, logits=a).logits)(jnp.zeros(1))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        jax.jit(lambda t: nc.BinConcrete(t, logits=jnp.zeros(2)).logits)(jnp.ones(3))
+    # a NaN logit inside jit cannot be seen at construction; with validation on it does not crash
+    out = jax.jit(lambda a: nc.Concrete(0.5, logits=a, validate_args=True).logits)(jnp.array([0.0, jnp.nan]))
+    assert bool(jnp.isnan(out).any())
+    off_support = jax.jit(lambda v: nc.BinConcrete(0.5, logits=jnp.zeros(2), validate_args=True).log_prob(v))
+    np.testing.assert_array_equal(off_support(jnp.array([0.5, 1.5]))[1], -np.inf)
