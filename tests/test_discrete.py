@@ -38,6 +38,9 @@ def test_discrete_is_enumerable_on_the_same_sample_space(backend, case):
     support = backend.numpy(d.enumerate_support(expand=True))
     expected_support = _vertices(case.name, case)
     np.testing.assert_array_equal(support, expected_support)
+    compact = backend.numpy(d.enumerate_support(expand=False))  # the form enumeration uses
+    assert compact.shape == (len(support),) + (1,) * len(case.batch_shape) + case.event_shape
+    np.testing.assert_array_equal(np.broadcast_to(compact, support.shape), support)
     log_mass = backend.numpy(d.log_prob(backend.array(support)))
     assert_close(log_mass, _reference_log_mass(case, expected_support), "float64", rtol=1e-12)
     np.testing.assert_allclose(np.exp(log_mass).sum(0), 1.0, rtol=1e-12)
