@@ -18,6 +18,16 @@ def backend(request):
     return load_backend(request.param)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_state(request):
+    """Each test starts from an empty parameter store (Pyro's is global)."""
+    for name in ("backend", "backend_pair"):
+        if name in request.fixturenames:
+            value = request.getfixturevalue(name)
+            for b in value if isinstance(value, tuple) else (value,):
+                b.reset()
+
+
 @pytest.fixture(params=["float32", "float64"])
 def dtype(request):
     return request.param

@@ -9,6 +9,7 @@ differs (arrays, randomness, autodiff, PPL primitives). Numbers go in and come o
 An adapter provides:
 
 ``name``, ``lib``                   backend name, the package under test
+``reset()``                         forget parameters (called before every test)
 ``array(x, dtype)``, ``numpy(x)``   NumPy <-> backend arrays ("float32", "float64", "bool")
 ``make(name, temperature, logits=, probs=, dtype=, validate_args=)``
                                     a distribution of the package from NumPy parameters
@@ -23,18 +24,50 @@ An adapter provides:
                                     (fn, static) when ``static`` is given (module-level fn)
 ``jacobian(fn, u)``                 Jacobian matrix of a vector function
 ``biject_to(constraint)``           the PPL's biject_to
-``site(name, d, obs=None)``, ``param(name, init)``
+``site(name, d, obs=None)``, ``param(name, init, dtype)``
                                     ``pyro.sample``/``numpyro.sample`` and ``param``
 ``trace_guide_then_model(guide_dist, model_dist, seed)``
                                     draw site "z" from a guide, replay it into a model: returns
                                     (value, uniforms, guide log_prob, model log_prob)
-``svi(model, guide, steps, lr, seed, num_particles, jit)``
+``svi(model, guide, *args, steps, lr, seed, num_particles, jit)``
                                     run SVI with Trace_ELBO and Adam, compiled by the PPL's
                                     tracer if ``jit``: (losses, params)
 ``autoguide(kind, model)``          AutoNormal / AutoDelta / AutoMultivariateNormal
+``plate``, ``mask``, ``scale``      the PPL's plate and mask / scale handlers (context managers)
+``normal``, ``exp``, ``sigmoid``    the PPL's Normal distribution and array functions for models
+``reparam(fn, config)``             poutine.reparam / handlers.reparam
+``run(model, *args, seed, replay)`` trace a model (replaying an earlier Run): a Run
+``expanded(d, batch_shape)``        the PPL's explicit ExpandedDistribution wrapper
+``infer_discrete(model, *args, temperature, first_available_dim, seed)``
+                                    the PPL's infer_discrete, traced: a Run
+``enum_loss(model, guide, *args)``  TraceEnum_ELBO's loss
+``elbo_loss(model, guide, *args, seed, num_particles)``
+                                    Trace_ELBO's loss for that seed
+``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed)``
+                                    the library's helper, seeded, with NumPy params
 """
 
 import importlib
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Site(NamedTuple):
+    value: np.ndarray
+    log_prob: np.ndarray  # scaled and masked, as the ELBO sees it
+    fn: str  # the class name of the distribution inside Independent/mask/expand wrappers
+    is_observed: bool
+    scale: float
+
+
+class Run(NamedTuple):
+    trace: Any  # the PPL's trace, for replay
+    sites: dict  # name -> Site, sample sites only (no subsample pseudo-sites)
+
+    @property
+    def log_joint(self):
+        return float(sum(site.log_prob.sum() for site in self.sites.values()))
 
 BACKEND_NAMES = ["pyro", "numpyro"]
 

@@ -16,10 +16,11 @@ import numpyro  # noqa: E402
 import numpyro.infer.autoguide as autoguides  # noqa: E402
 from numpyro import handlers  # noqa: E402
 from numpyro.distributions.transforms import biject_to  # noqa: E402
-from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
+from numpyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO  # noqa: E402
 
 import numpyro_concrete  # noqa: E402
 from numpyro_concrete import _numerics  # noqa: E402
+from tests.backends import Run, Site
 
 _DTYPES = {"float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
 
@@ -27,6 +28,10 @@ _DTYPES = {"float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
 class Backend:
     name = "numpyro"
     lib = numpyro_concrete
+
+    def reset(self):
+        """Forget parameters of earlier tests."""
+        pass  # NumPyro keeps no global state between calls
 
     def array(self, x, dtype="float64"):
         return jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype])
@@ -76,8 +81,8 @@ class Backend:
     def site(self, name, d, obs=None):
         return numpyro.sample(name, d, obs=obs)
 
-    def param(self, name, init):
-        return numpyro.param(name, jnp.asarray(np.asarray(init), dtype=jnp.float64))
+    def param(self, name, init, dtype="float64"):
+        return numpyro.param(name, jnp.asarray(np.asarray(init), dtype=_DTYPES[dtype]))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         """Inside ``jax.jit``, as in a jitted SVI step: the model's site receives a tracer."""
@@ -86,23 +91,92 @@ class Backend:
         u = self._uniforms(guide_dist, (), jax.random.split(key)[1])  # the key `seed` hands the site
         return np.asarray(value), u, np.asarray(guide_log_prob), np.asarray(model_log_prob)
 
-    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1, jit=False):
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False):
         """``jax.jit(svi.update)`` step by step, or ``svi.run`` (one compiled loop) if ``jit``."""
         svi = SVI(model, guide, numpyro.optim.Adam(lr), Trace_ELBO(num_particles=num_particles))
         key = jax.random.PRNGKey(seed)
         if jit:
-            result = svi.run(key, steps, progress_bar=False)
+            result = svi.run(key, steps, *args, progress_bar=False)
             return np.asarray(result.losses), {k: np.asarray(v) for k, v in result.params.items()}
-        state = svi.init(key)
+        state = svi.init(key, *args)
         update = jax.jit(svi.update)
         losses = []
         for _ in range(steps):
-            state, loss = update(state)
+            state, loss = update(state, *args)
             losses.append(loss)
         return np.asarray(losses), {k: np.asarray(v) for k, v in svi.get_params(state).items()}
 
     def autoguide(self, kind, model):
         return getattr(autoguides, kind)(model)
+
+    # ------------------------------------------------------------------ models and handlers
+
+    def plate(self, name, size, subsample_size=None):
+        return numpyro.plate(name, size, subsample_size=subsample_size)
+
+    def mask(self, mask):
+        return handlers.mask(mask=self.array(mask, "bool"))
+
+    def scale(self, factor):
+        return handlers.scale(scale=factor)
+
+    def normal(self, loc, scale):
+        return numpyro.distributions.Normal(loc, scale)
+
+    def exp(self, x):
+        return jnp.exp(x)
+
+    def sigmoid(self, x):
+        return jax.nn.sigmoid(x)
+
+    def reparam(self, fn, config):
+        return handlers.reparam(fn, config=config)
+
+    def run(self, model, *args, seed=0, replay=None, **kwargs):
+        """Trace ``model`` (replaying ``replay``, a previous run, if given): a Run."""
+        fn = handlers.seed(model, jax.random.PRNGKey(seed))
+        if replay is not None:
+            fn = handlers.replay(fn, trace=replay.trace)
+        trace = handlers.trace(fn).get_trace(*args, **kwargs)
+        sites = {}
+        for name, site in trace.items():
+            if site["type"] != "sample":
+                continue
+            log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
+            scale = 1.0 if site["scale"] is None else float(site["scale"])
+            sites[name] = Site(
+                value=np.asarray(site["value"]),
+                log_prob=np.asarray(scale * log_prob),
+                fn=type(self.lib.handlers.unwrap(site["fn"])[0]).__name__,
+                is_observed=site["is_observed"],
+                scale=scale,
+            )
+        return Run(trace, sites)
+
+    def expanded(self, d, batch_shape):
+        """An explicit ExpandedDistribution wrapper (the PPL's own, not the class's expand)."""
+        return numpyro.distributions.ExpandedDistribution(d, tuple(batch_shape))
+
+    def infer_discrete(self, model, *args, temperature, first_available_dim, seed=0):
+        from numpyro.contrib.funsor import infer_discrete
+
+        decoded = infer_discrete(
+            model, first_available_dim=first_available_dim, temperature=temperature, rng_key=jax.random.PRNGKey(seed)
+        )
+        return self.run(decoded, *args, seed=seed)
+
+    def enum_loss(self, model, guide, *args):
+        return float(TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, guide, *args))
+
+    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1):
+        return float(Trace_ELBO(num_particles=num_particles).loss(jax.random.PRNGKey(seed), {}, model, guide, *args))
+
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
+        params = None if params is None else {k: self.array(v) for k, v in params.items()}
+        bound = self.lib.discrete_log_likelihood(
+            model, guide, *args, num_particles=num_particles, plate=plate, params=params, rng_key=jax.random.PRNGKey(seed)
+        )
+        return np.asarray(bound)
 
 
 # Module-level jitted functions: distributions are pytrees, so these compile once per distribution

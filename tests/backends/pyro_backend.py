@@ -11,12 +11,18 @@ from pyro.infer import SVI, JitTrace_ELBO, Trace_ELBO
 import pyro_concrete
 from pyro_concrete import _numerics
 
+from tests.backends import Run, Site
+
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
 
 
 class Backend:
     name = "pyro"
     lib = pyro_concrete
+
+    def reset(self):
+        """Forget parameters of earlier tests."""
+        pyro.clear_param_store()
 
     def array(self, x, dtype="float64"):
         return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype])
@@ -66,8 +72,8 @@ class Backend:
     def site(self, name, d, obs=None):
         return pyro.sample(name, d, obs=obs)
 
-    def param(self, name, init):
-        return pyro.param(name, lambda: torch.as_tensor(np.asarray(init), dtype=torch.float64))
+    def param(self, name, init, dtype="float64"):
+        return pyro.param(name, lambda: torch.as_tensor(np.asarray(init), dtype=_DTYPES[dtype]))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         def guide():
@@ -91,16 +97,83 @@ class Backend:
             self.numpy(model_trace.nodes["z"]["log_prob"]),
         )
 
-    def svi(self, model, guide, *, steps, lr, seed=0, num_particles=1, jit=False):
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False):
         pyro.clear_param_store()
         pyro.set_rng_seed(seed)
         elbo_class = JitTrace_ELBO if jit else Trace_ELBO
         kwargs = {"ignore_jit_warnings": True} if jit else {}
         elbo = elbo_class(num_particles=num_particles, vectorize_particles=num_particles > 1, **kwargs)
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
-        losses = np.array([svi.step() for _ in range(steps)])
+        losses = np.array([svi.step(*args) for _ in range(steps)])
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
         return losses, params
 
     def autoguide(self, kind, model):
         return getattr(autoguides, kind)(model)
+
+    # ------------------------------------------------------------------ models and handlers
+
+    def plate(self, name, size, subsample_size=None):
+        return pyro.plate(name, size, subsample_size=subsample_size)
+
+    def mask(self, mask):
+        return poutine.mask(mask=self.array(mask, "bool"))
+
+    def scale(self, factor):
+        return poutine.scale(scale=factor)
+
+    def normal(self, loc, scale):
+        return pyro.distributions.Normal(loc, scale)
+
+    def exp(self, x):
+        return torch.exp(x)
+
+    def sigmoid(self, x):
+        return torch.sigmoid(x)
+
+    def reparam(self, fn, config):
+        return poutine.reparam(fn, config=config)
+
+    def run(self, model, *args, seed=0, replay=None, **kwargs):
+        """Trace ``model`` (replaying ``replay``, a previous run, if given): a Run."""
+        pyro.set_rng_seed(seed)
+        fn = model if replay is None else poutine.replay(model, trace=replay.trace)
+        trace = poutine.trace(fn).get_trace(*args, **kwargs)
+        trace.compute_log_prob()
+        sites = {
+            name: Site(
+                value=self.numpy(site["value"]),
+                log_prob=self.numpy(site["log_prob"]),
+                fn=type(self.lib.handlers.unwrap(site["fn"])[0]).__name__,
+                is_observed=site["is_observed"],
+                scale=float(site["scale"]),
+            )
+            for name, site in trace.nodes.items()
+            if site["type"] == "sample" and type(site["fn"]).__name__ != "_Subsample"
+        }
+        return Run(trace, sites)
+
+    def expanded(self, d, batch_shape):
+        """An explicit ExpandedDistribution wrapper (the PPL's own, not the class's expand)."""
+        from pyro.distributions.torch_distribution import ExpandedDistribution
+
+        return ExpandedDistribution(d, torch.Size(batch_shape))
+
+    def infer_discrete(self, model, *args, temperature, first_available_dim, seed=0):
+        pyro.set_rng_seed(seed)
+        decoded = pyro.infer.infer_discrete(model, first_available_dim=first_available_dim, temperature=temperature)
+        return self.run(decoded, *args, seed=seed)
+
+    def enum_loss(self, model, guide, *args):
+        return pyro.infer.TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, *args)
+
+    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1):
+        pyro.set_rng_seed(seed)
+        elbo = Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
+        return elbo.loss(model, guide, *args)
+
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
+        pyro.set_rng_seed(seed)
+        params = None if params is None else {k: self.array(v) for k, v in params.items()}
+        bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params)
+        return self.numpy(bound)

@@ -1,0 +1,195 @@
+"""Evaluating the discrete graph of a model trained with Concrete relaxations (paper section 3.3).
+
+The helpers put the handlers in the right order themselves: the swap to discrete sites innermost
+(around the model and guide, with ``block`` inside it), enumeration and tracing outside.
+Enumeration needs ``funsor`` (NumPyro's ``TraceEnum_ELBO`` and ``infer_discrete``).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+from numpyro import handlers
+from numpyro.infer import TraceEnum_ELBO
+
+from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
+
+__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood"]
+
+
+def _with_params(fn, params):
+    return fn if params is None else handlers.substitute(fn, data=params)
+
+
+def _trace(fn, key, args, kwargs):
+    return handlers.trace(handlers.seed(fn, key)).get_trace(*args, **kwargs)
+
+
+def _sample_sites(trace):
+    return [site for site in trace.values() if site["type"] == "sample"]
+
+
+def _max_plate_nesting(trace):
+    dims = [-f.dim for site in _sample_sites(trace) for f in site["cond_indep_stack"] if f.dim is not None]
+    return max(dims, default=0)
+
+
+def _check_all_latents_discrete(trace, helper):
+    for site in _sample_sites(trace):
+        if site["is_observed"]:
+            continue
+        if not getattr(site["fn"], "has_enumerate_support", False):
+            raise ValueError(
+                f"{helper} sums out discrete latent sites exactly; site {site['name']!r} holds "
+                f"{type(site['fn']).__name__}, which is neither Concrete-family nor enumerable"
+            )
+
+
+def _no_guide(*args, **kwargs):
+    pass
+
+
+def marginal_log_likelihood(model, *args, params=None, **kwargs):
+    """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
+    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``.
+
+    :param model: a model whose latent sites are all Concrete-family or enumerable.
+    :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
+    :returns: a scalar, differentiable with respect to ``params``.
+    """
+    from numpyro.contrib.funsor import config_enumerate
+
+    model = _with_params(model, params)
+    trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    _check_all_latents_discrete(trace, "marginal_log_likelihood")
+    elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
+    enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
+    return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, _no_guide, *args, **kwargs)
+
+
+def map_assignment(model, *args, params=None, **kwargs):
+    """The jointly most probable values of the Concrete-family latent sites under the discrete
+    graph, given the observations (``infer_discrete`` with ``temperature=0``).
+
+    :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
+        Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
+    """
+    from numpyro.contrib.funsor import config_enumerate, infer_discrete
+
+    model = _with_params(model, params)
+    trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    _check_all_latents_discrete(trace, "map_assignment")
+    swap = DiscreteMessenger(model, mode="enumerate")
+    decoded = infer_discrete(
+        config_enumerate(swap),
+        first_available_dim=-1 - _max_plate_nesting(trace),
+        temperature=0,
+        rng_key=jax.random.PRNGKey(0),
+    )
+    trace = handlers.trace(decoded).get_trace(*args, **kwargs)
+    to_value = swap._to_value
+    return {
+        site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+        for site in _sample_sites(trace)
+        if not site["is_observed"]
+    }
+
+
+def _relaxed_latents(trace):
+    return {
+        site["name"]
+        for site in _sample_sites(trace)
+        if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)
+    }
+
+
+def _proposal(model, guide, key, args, kwargs):
+    """Which guide sites to discretize and which to hide for the discrete graph's proposal.
+
+    A model site that is relaxed and drawn in the guide from a Concrete-family distribution is
+    discretized there; drawn from anything else (an autoguide's transformed Normal), it is hidden
+    from the guide -- with its autoguide auxiliary site ``{name}_unconstrained`` -- so that the
+    model draws it from its discrete prior. Any other guide site without a model counterpart could
+    not be attributed, and raises.
+    """
+    guide_key, model_key = jax.random.split(key)
+    guide_trace = _trace(guide, guide_key, args, kwargs)
+    model_trace = handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs)
+    relaxed = _relaxed_latents(model_trace)
+    guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
+    discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
+    hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
+    hidden |= {f"{name}_unconstrained" for name in hidden if f"{name}_unconstrained" in guide_sites}
+    model_sites = {site["name"] for site in _sample_sites(model_trace)}
+    unattributed = set(guide_sites) - model_sites - hidden
+    if unattributed:
+        raise ValueError(
+            f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
+            "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
+            "an autoguide such as AutoNormal), and these cannot be attributed to a site"
+        )
+    return discretized, hidden
+
+
+def _site_log_prob(site):
+    log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
+    return log_prob if site["scale"] is None else site["scale"] * log_prob
+
+
+def _log_weights(model_trace, guide_trace, plate):
+    """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
+
+    A latent site the guide does not draw is drawn by the model from its prior, which is then its
+    proposal: its log p cancels against its log q and is left out.
+    """
+    total = 0.0
+    proposed = {site["name"] for site in _sample_sites(guide_trace)}
+    for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
+        for site in _sample_sites(trace):
+            if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
+                continue
+            log_prob = _site_log_prob(site)
+            if plate is None:
+                total = total + sign * jnp.sum(log_prob)
+                continue
+            frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+            if not frames:
+                raise ValueError(f"discrete_log_likelihood: site {site['name']!r} is outside plate {plate!r}")
+            log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
+            keep = jnp.ndim(log_prob) + frames[0].dim
+            total = total + sign * jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
+    return total
+
+
+def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, rng_key=None, **kwargs):
+    """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
+    metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
+    discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
+    of the discrete graph; it is what ``RenyiELBO(alpha=0)`` computes on the discretized pair.
+
+    :param int num_particles: m, drawn in parallel (``vmap`` over particles).
+    :param str plate: None for one bound of all observations jointly; or the name of a plate that
+        holds every site (the data plate), for one bound per element of it (each data point with its
+        own m particles, as the paper evaluates), returned with that plate's size.
+    :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
+    :param rng_key: a JAX PRNG key (default ``PRNGKey(0)``).
+    :returns: an array: a scalar, or the per-element bounds along ``plate``.
+    """
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"discrete_log_likelihood: num_particles must be a positive integer, got {num_particles!r}")
+    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    proposal_key, key = jax.random.split(rng_key)
+    model, guide = _with_params(model, params), _with_params(guide, params)
+    discretized, hidden = _proposal(model, guide, proposal_key, args, kwargs)
+    guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
+    model_d = discrete(model, mode="sample")
+
+    def log_weight(particle_key):
+        guide_key, model_key = jax.random.split(particle_key)
+        guide_trace = _trace(guide_d, guide_key, args, kwargs)
+        replayed = handlers.replay(handlers.seed(model_d, model_key), trace=guide_trace)
+        return _log_weights(handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace, plate)
+
+    log_weights = jax.vmap(log_weight)(jax.random.split(key, num_particles))
+    return logsumexp(log_weights, axis=0) - math.log(num_particles)

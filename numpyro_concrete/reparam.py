@@ -1,0 +1,52 @@
+"""The paper's appendix C.3 advice as a NumPyro reparametrizer: treat the log-space node as the
+stochastic node.
+
+A ``Concrete`` site becomes an ``ExpConcrete`` latent ``{name}_log`` plus a deterministic ``exp``;
+a ``BinConcrete`` site a ``LogitBinConcrete`` latent ``{name}_logit`` plus a deterministic
+``sigmoid``. Densities of the log-space nodes never see an underflowed value, and the ELBO is
+unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it to model and guide::
+
+    model = handlers.reparam(model, config=log_space_config)
+    guide = handlers.reparam(guide, config=log_space_config)
+"""
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer.reparam import Reparam
+
+from . import _carry, _numerics
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+
+__all__ = ["LogSpaceReparam", "log_space_config"]
+
+
+class LogSpaceReparam(Reparam):
+    """Reparametrize a Concrete (BinConcrete) site by its ExpConcrete (LogitBinConcrete) node."""
+
+    def __call__(self, name, fn, obs):
+        fn, expand_shape, event_dim = self._unwrap(fn)
+        if isinstance(fn, Concrete):
+            node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", jnp.exp, _numerics.log
+        elif isinstance(fn, BinConcrete):
+            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", jax.nn.sigmoid, _numerics.logit
+        else:
+            raise ValueError(f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete")
+
+        y = None
+        if obs is not None:  # an observed value, in log space
+            y = _carry.recall(obs, kind)
+            y = coordinates(obs) if y is None else y
+        log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
+        y = numpyro.sample(f"{name}_{suffix}", self._wrap(log_space, expand_shape, event_dim), obs=y)
+        value = _carry.attach(show(y), y, kind) if obs is None else obs
+        return None, value  # a deterministic site
+
+
+def log_space_config(msg):
+    """A ``handlers.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site."""
+    fn = msg["fn"]
+    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
+        fn = fn.base_dist
+    return LogSpaceReparam() if isinstance(fn, (Concrete, BinConcrete)) else None

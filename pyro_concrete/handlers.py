@@ -1,0 +1,234 @@
+"""Test-time modes and model transforms, as Pyro effect handlers.
+
+The paper's protocol (section 3.3): train with every discrete node replaced by a Concrete node,
+then evaluate the original discrete graph at test time::
+
+    svi = SVI(model, guide, optim, Trace_ELBO())                  # relaxed training
+    pyro.infer.TraceEnum_ELBO().loss(discrete(model, mode="enumerate"), guide_without_those_sites)
+    trace = poutine.trace(discrete(model, mode="argmax")).get_trace(data)
+
+and the reverse, for a model written with discrete distributions::
+
+    relaxed_model = relax(model, temperature=2 / 3)
+"""
+
+import torch
+import torch.nn.functional as F
+from pyro import distributions as dist
+from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDistribution
+from pyro.poutine.enum_messenger import EnumMessenger
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.runtime import _PYRO_STACK
+from pyro.poutine.trace_messenger import TraceMessenger
+
+from .discrete import Bernoulli
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+
+__all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
+
+CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete)
+MODES = ("sample", "enumerate", "argmax")
+
+
+# ----------------------------------------------------------------------------- wrappers
+
+
+def unwrap(fn):
+    """(base distribution, wrappers): peel Independent, MaskedDistribution and
+    ExpandedDistribution off ``fn``; :func:`rewrap` puts the same wrappers around another base."""
+    wrappers = []
+    while True:
+        if isinstance(fn, torch.distributions.Independent):
+            wrappers.append(("to_event", fn.reinterpreted_batch_ndims))
+        elif isinstance(fn, MaskedDistribution):
+            wrappers.append(("mask", fn._mask))
+        elif isinstance(fn, ExpandedDistribution):
+            wrappers.append(("expand", fn.batch_shape))
+        else:
+            return fn, wrappers
+        fn = fn.base_dist
+
+
+def rewrap(fn, wrappers):
+    for method, argument in reversed(wrappers):
+        fn = getattr(fn, method)(argument)
+    return fn
+
+
+def _selected(msg, sites):
+    return not msg["is_observed"] and (sites is None or msg["name"] in sites)
+
+
+def _site_set(sites, handler):
+    if sites is None:
+        return None
+    if isinstance(sites, str):
+        return frozenset([sites])
+    try:
+        return frozenset(sites)
+    except TypeError:
+        raise ValueError(f"{handler}: sites must be None, a site name or a collection of names, got {sites!r}") from None
+
+
+# ----------------------------------------------------------------------------- discrete
+
+
+def _index_distribution(base):
+    """An integer-valued distribution to enumerate in place of ``base``'s zero-temperature limit,
+    and the map from its values to the limit's values (the relaxed sample space).
+
+    Enumerating one-hot values breaks ``infer_discrete`` (and NumPyro's funsor enumeration): the
+    site is enumerated as an index, which the post-sample hook turns into the value the model uses.
+    """
+    if isinstance(base, (Concrete, ExpConcrete)):
+        num_categories = base.event_shape[0]
+
+        def one_hot(index):
+            return F.one_hot(index.long(), num_categories).to(base.logits.dtype)
+
+        to_value = one_hot if isinstance(base, Concrete) else (lambda index: torch.log(one_hot(index)))
+        return dist.Categorical(logits=base.logits, validate_args=base._validate_args), to_value
+    if isinstance(base, BinConcrete):
+        return Bernoulli(logits=base.logits, validate_args=base._validate_args), lambda index: index.to(base.logits.dtype)
+    return Bernoulli(logits=base.logits, validate_args=base._validate_args), (
+        lambda index: torch.full_like(index, -float("inf"), dtype=base.logits.dtype).masked_fill(index > 0, float("inf"))
+    )
+
+
+class DiscreteMessenger(Messenger):
+    """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
+    for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
+    ``Independent``/mask/expand wrappers; observed sites, scale, subsampling and plates are left
+    alone. See :func:`discrete`."""
+
+    def __init__(self, mode="sample", sites=None):
+        if mode not in MODES:
+            raise ValueError(f"discrete: mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.sites = _site_set(sites, "discrete")
+        self._to_value = {}
+        super().__init__()
+
+    def _check_handler_order(self, name):
+        # Handlers inside this one process the site before the swap and post-process it after the
+        # index has become a one-hot: enumeration would skip the site and the trace would hold an
+        # index distribution with a one-hot value -- a silently wrong log joint.
+        inner = _PYRO_STACK[_PYRO_STACK.index(self) + 1 :]
+        if any(isinstance(h, (EnumMessenger, TraceMessenger)) for h in inner):
+            raise ValueError(
+                f"discrete(mode='enumerate') at site {name!r} is outside the inference handlers: "
+                "wrap the model, discrete(model, mode='enumerate'), and pass that to TraceEnum_ELBO / "
+                "infer_discrete instead of running them inside `with discrete(...)`"
+            )
+
+    def _pyro_sample(self, msg):
+        if not _selected(msg, self.sites):
+            return
+        base, wrappers = unwrap(msg["fn"])
+        if not isinstance(base, CONCRETE_FAMILY):
+            return
+        if self.mode == "enumerate":
+            self._check_handler_order(msg["name"])
+            if any(method == "to_event" and n > 0 for method, n in wrappers):
+                raise ValueError(
+                    f"discrete(mode='enumerate'): site {msg['name']!r} is {type(base).__name__}(...).to_event(...), "
+                    "whose joint support is a cartesian product; declare the independent variables with a "
+                    "pyro.plate instead of .to_event() to enumerate them"
+                )
+            index_dist, self._to_value[msg["name"]] = _index_distribution(base)
+            # an enumerated site's values are summed out with their prior masses; a mask applies
+            # to the rest of the model (as NumPyro's TraceEnum_ELBO does; Pyro's would weight the
+            # values of a masked-out data point equally and add log K)
+            wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
+            msg["mask"] = None
+            msg["fn"] = rewrap(index_dist, wrappers)
+            msg["infer"] = {**(msg["infer"] or {}), "enumerate": "parallel"}  # never mutate the user's dict
+            return
+        limit = base.discrete()
+        msg["fn"] = rewrap(limit, wrappers)
+        if self.mode == "argmax":
+            msg["value"] = limit.mode.expand(msg["fn"].shape())
+
+    def _pyro_post_sample(self, msg):
+        # runs after the outer trace has copied the (index distribution, index) pair
+        to_value = self._to_value.get(msg["name"])
+        if to_value is not None:
+            msg["value"] = to_value(msg["value"])
+
+
+def discrete(fn=None, *, mode="sample", sites=None):
+    """Turn a model with Concrete-family sites into its discrete graph (paper section 3.3).
+
+    Every sample site whose distribution is a Concrete, ExpConcrete, BinConcrete or
+    LogitBinConcrete (possibly inside ``to_event``, ``mask`` or ``expand``) -- or only the named
+    ``sites`` -- is replaced by its zero-temperature limit on the same sample space:
+
+    - ``mode="sample"``: discrete draws, scored with the discrete masses;
+    - ``mode="enumerate"``: the site is marked for parallel enumeration, so ``TraceEnum_ELBO``
+      sums it out exactly and ``infer_discrete`` works (``temperature=0`` for MAP); the trace holds
+      an integer index while the model receives the one-hot (or log one-hot, 0/1, ±inf) value. The
+      site's values are summed out with their prior masses: a mask on it applies to the rest of the
+      model only, so a data point masked out entirely contributes 0;
+    - ``mode="argmax"``: the value is the mode (one-hot argmax of the logits; ``logits > 0``),
+      scored with the discrete mass.
+
+    Wrap the model, not the inference call: ``TraceEnum_ELBO().loss(discrete(model,
+    mode="enumerate"), guide)``; in enumerate mode the wrong order raises a ``ValueError``.
+
+    :param fn: a model or guide; if None, returns a handler usable as a context manager.
+    :param str mode: "sample", "enumerate" or "argmax".
+    :param sites: None (every Concrete-family site), a site name, or a collection of names.
+    """
+    messenger = DiscreteMessenger(mode=mode, sites=sites)
+    return messenger if fn is None else messenger(fn)
+
+
+# ----------------------------------------------------------------------------- relax
+
+
+class RelaxMessenger(Messenger):
+    """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
+
+    def __init__(self, temperature, sites=None):
+        if not (callable(temperature) or isinstance(temperature, (dict, int, float, torch.Tensor))):
+            raise ValueError(
+                f"relax: temperature must be a number, a dict by site name or a callable of the site, got {temperature!r}"
+            )
+        self.temperature = temperature
+        self.sites = _site_set(sites, "relax")
+        super().__init__()
+
+    def _temperature(self, msg):
+        if isinstance(self.temperature, dict):
+            if msg["name"] not in self.temperature:
+                raise ValueError(f"relax: no temperature given for site {msg['name']!r}")
+            return self.temperature[msg["name"]]
+        if callable(self.temperature):
+            return self.temperature(msg)
+        return self.temperature
+
+    def _pyro_sample(self, msg):
+        if not _selected(msg, self.sites):
+            return
+        base, wrappers = unwrap(msg["fn"])
+        if isinstance(base, torch.distributions.OneHotCategorical):
+            relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
+        elif isinstance(base, torch.distributions.Bernoulli):
+            relaxed = BinConcrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
+        else:
+            return
+        msg["fn"] = rewrap(relaxed, wrappers)
+
+
+def relax(fn=None, *, temperature, sites=None):
+    """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
+    BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
+    as written. Observed sites are left alone.
+
+    :param fn: a model or guide; if None, returns a handler usable as a context manager.
+    :param temperature: a number, a dict of numbers by site name, or a callable taking the site
+        message and returning the site's temperature.
+    :param sites: None (every OneHotCategorical/Bernoulli site), a site name, or a collection of names.
+    """
+    messenger = RelaxMessenger(temperature=temperature, sites=sites)
+    return messenger if fn is None else messenger(fn)

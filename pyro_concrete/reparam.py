@@ -1,0 +1,57 @@
+"""The paper's appendix C.3 advice as a Pyro reparametrizer: treat the log-space node as the
+stochastic node.
+
+A ``Concrete`` site becomes an ``ExpConcrete`` latent ``{name}_log`` plus a deterministic ``exp``;
+a ``BinConcrete`` site a ``LogitBinConcrete`` latent ``{name}_logit`` plus a deterministic
+``sigmoid``. Densities of the log-space nodes never see an underflowed value, and the ELBO is
+unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it to model and guide::
+
+    model = poutine.reparam(model, config=log_space_config)
+    guide = poutine.reparam(guide, config=log_space_config)
+
+(Pyro then warns that the guide's deterministic site is not a model variable, as it does for
+``pyro.deterministic`` in a guide; the site is a masked Delta and does not enter the ELBO.)
+"""
+
+import torch
+from pyro import distributions as dist
+from pyro import sample
+from pyro.infer.reparam.reparam import Reparam
+
+from . import _carry, _numerics
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+
+__all__ = ["LogSpaceReparam", "log_space_config"]
+
+
+class LogSpaceReparam(Reparam):
+    """Reparametrize a Concrete (BinConcrete) site by its ExpConcrete (LogitBinConcrete) node."""
+
+    def apply(self, msg):
+        name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
+        fn, event_dim = self._unwrap(fn)
+        if isinstance(fn, Concrete):
+            node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", torch.exp, _numerics.log
+        elif isinstance(fn, BinConcrete):
+            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", torch.sigmoid, _numerics.logit
+        else:
+            raise ValueError(f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete")
+
+        y = None
+        if value is not None:  # an observed or initial value, in log space
+            y = _carry.recall(value, kind)
+            y = coordinates(value) if y is None else y
+        log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
+        y = sample(f"{name}_{suffix}", self._wrap(log_space, event_dim), obs=y, infer={"is_observed": is_observed})
+        if value is None:
+            value = _carry.attach(show(y), y, kind)
+        # a pyro.deterministic() site
+        return {"fn": dist.Delta(value, event_dim=event_dim).mask(False), "value": value, "is_observed": True}
+
+
+def log_space_config(msg):
+    """A ``poutine.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site."""
+    fn = msg["fn"]
+    while isinstance(fn, torch.distributions.Independent):
+        fn = fn.base_dist
+    return LogSpaceReparam() if isinstance(fn, (Concrete, BinConcrete)) else None
