@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 from numpyro import handlers
-from numpyro.infer import TraceEnum_ELBO
+from numpyro.infer import ELBO, TraceEnum_ELBO
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
-__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood"]
+__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
 
 
 def _with_params(fn, params):
@@ -137,7 +137,7 @@ def _site_log_prob(site):
     return log_prob if site["scale"] is None else site["scale"] * log_prob
 
 
-def _log_weights(model_trace, guide_trace, plate):
+def _log_weights(model_trace, guide_trace, plate, caller):
     """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
@@ -155,18 +155,34 @@ def _log_weights(model_trace, guide_trace, plate):
                 continue
             frames = [f for f in site["cond_indep_stack"] if f.name == plate]
             if not frames:
-                raise ValueError(f"discrete_log_likelihood: site {site['name']!r} is outside plate {plate!r}")
+                raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
             log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
             keep = jnp.ndim(log_prob) + frames[0].dim
             total = total + sign * jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
     return total
 
 
+def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller):
+    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel
+    (``vmap``): a scalar, or one bound per element of ``plate``."""
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+
+    def log_weight(particle_key):
+        guide_key, model_key = jax.random.split(particle_key)
+        guide_trace = _trace(guide, guide_key, args, kwargs)
+        replayed = handlers.replay(handlers.seed(model, model_key), trace=guide_trace)
+        return _log_weights(handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace, plate, caller)
+
+    log_weights = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
+    return logsumexp(log_weights, axis=0) - math.log(num_particles)
+
+
 def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, rng_key=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
-    of the discrete graph; it is what ``RenyiELBO(alpha=0)`` computes on the discretized pair.
+    of the discrete graph.
 
     :param int num_particles: m, drawn in parallel (``vmap`` over particles).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
@@ -176,20 +192,32 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     :param rng_key: a JAX PRNG key (default ``PRNGKey(0)``).
     :returns: an array: a scalar, or the per-element bounds along ``plate``.
     """
-    if not (isinstance(num_particles, int) and num_particles >= 1):
-        raise ValueError(f"discrete_log_likelihood: num_particles must be a positive integer, got {num_particles!r}")
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     proposal_key, key = jax.random.split(rng_key)
     model, guide = _with_params(model, params), _with_params(guide, params)
     discretized, hidden = _proposal(model, guide, proposal_key, args, kwargs)
     guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
+    bound = _importance_bound(model_d, guide_d, key, args, kwargs, num_particles, plate, "discrete_log_likelihood")
+    return jax.lax.stop_gradient(bound)
 
-    def log_weight(particle_key):
-        guide_key, model_key = jax.random.split(particle_key)
-        guide_trace = _trace(guide_d, guide_key, args, kwargs)
-        replayed = handlers.replay(handlers.seed(model_d, model_key), trace=guide_trace)
-        return _log_weights(handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace, plate)
 
-    log_weights = jax.vmap(log_weight)(jax.random.split(key, num_particles))
-    return logsumexp(log_weights, axis=0) - math.log(num_particles)
+class ImportanceWeightedELBO(ELBO):
+    """The importance-weighted bound L_m (paper eq. 8; Burda et al. 2016) as an SVI loss:
+    ``-sum log (1/m) sum_i p(x, z_i) / q(z_i)`` with the m particles drawn in parallel -- one bound
+    per element of ``plate`` (each data point with its own m particles, as the paper trains and
+    evaluates), or one for all observations jointly, as ``RenyiELBO(alpha=0)`` computes. m = 1 is
+    the ELBO. The guide's sites must be reparameterized (relaxed sites are).
+
+    :param int num_particles: m.
+    :param str plate: the data plate, or None.
+    """
+
+    def __init__(self, num_particles=1, plate=None):
+        super().__init__(num_particles=num_particles)
+        self.plate = plate
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        model, guide = _with_params(model, param_map), _with_params(guide, param_map)
+        bound = _importance_bound(model, guide, rng_key, args, kwargs, self.num_particles, self.plate, "ImportanceWeightedELBO")
+        return {"loss": -jnp.sum(bound), "mutable_state": None}

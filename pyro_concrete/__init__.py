@@ -9,7 +9,7 @@ from .constraints import log_simplex
 from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
-from .infer import discrete_log_likelihood, map_assignment, marginal_log_likelihood
+from .infer import ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
 from .reparam import LogSpaceReparam, log_space_config
 
 __all__ = [
@@ -29,4 +29,5 @@ __all__ = [
     "marginal_log_likelihood",
     "discrete_log_likelihood",
     "map_assignment",
+    "ImportanceWeightedELBO",
 ]

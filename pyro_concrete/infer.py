@@ -10,11 +10,11 @@ import warnings
 import pyro
 import torch
 from pyro import poutine
-from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
+from pyro.infer import ELBO, TraceEnum_ELBO, config_enumerate, infer_discrete
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
-__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood"]
+__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
 
 
 def _with_params(fn, params):
@@ -141,7 +141,7 @@ def _proposal(model, guide, args, kwargs):
     return discretized, hidden, _max_plate_nesting(model_trace)
 
 
-def _log_weights(model_trace, guide_trace, particle_dim, plate):
+def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
@@ -155,25 +155,43 @@ def _log_weights(model_trace, guide_trace, particle_dim, plate):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
             log_prob = site["log_prob"]
-            if log_prob.dim() == 0:
-                log_prob = log_prob.expand((1,) * -particle_dim)
-            log_prob = log_prob.reshape((1,) * (-particle_dim - log_prob.dim()) + log_prob.shape)
+            log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
             keep = {log_prob.dim() + particle_dim}
             if plate is not None:
                 frames = [f for f in site["cond_indep_stack"] if f.name == plate]
                 if not frames:
-                    raise ValueError(f"discrete_log_likelihood: site {site['name']!r} is outside plate {plate!r}")
+                    raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
                 keep.add(log_prob.dim() + frames[0].dim)
             dims = [d for d in range(log_prob.dim()) if d not in keep]
             total = total + sign * (log_prob.sum(dims) if dims else log_prob)
     return total
 
 
+def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller):
+    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
+    a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+    particle_dim = -1 - max_plate_nesting
+
+    def vectorized(fn):
+        def run(*a, **k):
+            with pyro.plate(f"_{caller}_particles", num_particles, dim=particle_dim):
+                return fn(*a, **k)
+
+        return run
+
+    guide_trace = poutine.trace(vectorized(guide)).get_trace(*args, **kwargs)
+    model_trace = poutine.trace(poutine.replay(vectorized(model), trace=guide_trace)).get_trace(*args, **kwargs)
+    log_weights = _log_weights(model_trace, guide_trace, particle_dim, plate, caller)
+    return torch.logsumexp(log_weights, dim=0) - math.log(num_particles)
+
+
 def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
-    of the discrete graph; it is what ``RenyiELBO(alpha=0)`` computes on the discretized pair.
+    of the discrete graph.
 
     :param int num_particles: m, drawn in parallel (a plate left of the model's plates).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
@@ -182,23 +200,60 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
-    if not (isinstance(num_particles, int) and num_particles >= 1):
-        raise ValueError(f"discrete_log_likelihood: num_particles must be a positive integer, got {num_particles!r}")
     model, guide = _with_params(model, params), _with_params(guide, params)
     discretized, hidden, max_plate_nesting = _proposal(model, guide, args, kwargs)
-    particle_dim = -1 - max_plate_nesting
     guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
-
-    def vectorized(fn):
-        def run(*a, **k):
-            with pyro.plate("_discrete_log_likelihood_particles", num_particles, dim=particle_dim):
-                return fn(*a, **k)
-
-        return run
-
     with torch.no_grad():
-        guide_trace = poutine.trace(vectorized(guide_d)).get_trace(*args, **kwargs)
-        model_trace = poutine.trace(poutine.replay(vectorized(model_d), trace=guide_trace)).get_trace(*args, **kwargs)
-        log_weights = _log_weights(model_trace, guide_trace, particle_dim, plate)
-    return torch.logsumexp(log_weights, dim=0) - math.log(num_particles)
+        return _importance_bound(model_d, guide_d, args, kwargs, num_particles, plate, max_plate_nesting, "discrete_log_likelihood")
+
+
+class ImportanceWeightedELBO(ELBO):
+    """The importance-weighted bound L_m (paper eq. 8; Burda et al. 2016) as an SVI loss:
+    ``-sum log (1/m) sum_i p(x, z_i) / q(z_i)`` with the m particles drawn in parallel -- one bound
+    per element of ``plate`` (each data point with its own m particles, as the paper trains and
+    evaluates), or one for all observations jointly, as ``RenyiELBO(alpha=0)`` computes. m = 1 is
+    the ELBO. The guide's sites must be reparameterized (relaxed sites are).
+
+    :param int num_particles: m.
+    :param str plate: the data plate, or None.
+    """
+
+    def __init__(self, num_particles=1, plate=None):
+        super().__init__(num_particles=num_particles, vectorize_particles=True)
+        self.plate = plate
+        self._max_plate_nesting = None
+
+    def _get_trace(self, model, guide, args, kwargs):
+        """One particle's (model trace, guide trace)."""
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        return model_trace, guide_trace
+
+    def _setup(self, model, guide, args, kwargs):
+        with torch.no_grad(), poutine.block():
+            model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+        for site in _sample_sites(guide_trace):
+            if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False):
+                raise ValueError(
+                    f"ImportanceWeightedELBO: guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
+                    "is not reparameterized; relax it (Concrete family) or use a score-function ELBO"
+                )
+        self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        if self._max_plate_nesting is None:
+            self._setup(model, guide, args, kwargs)
+        bound = _importance_bound(
+            model, guide, args, kwargs, self.num_particles, self.plate, self._max_plate_nesting, "ImportanceWeightedELBO"
+        )
+        return -bound.sum()
+
+    def loss(self, model, guide, *args, **kwargs):
+        with torch.no_grad():
+            return self.differentiable_loss(model, guide, *args, **kwargs).item()
+
+    def loss_and_grads(self, model, guide, *args, **kwargs):
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss.backward()
+        return loss.item()

@@ -29,9 +29,9 @@ An adapter provides:
 ``trace_guide_then_model(guide_dist, model_dist, seed)``
                                     draw site "z" from a guide, replay it into a model: returns
                                     (value, uniforms, guide log_prob, model log_prob)
-``svi(model, guide, *args, steps, lr, seed, num_particles, jit)``
-                                    run SVI with Trace_ELBO and Adam, compiled by the PPL's
-                                    tracer if ``jit``: (losses, params)
+``svi(model, guide, *args, steps, lr, seed, num_particles, jit, loss)``
+                                    run SVI with Adam and ``loss`` (default Trace_ELBO), compiled
+                                    by the PPL's tracer if ``jit``: (losses, params)
 ``autoguide(kind, model)``          AutoNormal / AutoDelta / AutoMultivariateNormal
 ``plate``, ``mask``, ``scale``      the PPL's plate and mask / scale handlers (context managers)
 ``normal``, ``exp``, ``sigmoid``    the PPL's Normal distribution and array functions for models
@@ -41,8 +41,8 @@ An adapter provides:
 ``infer_discrete(model, *args, temperature, first_available_dim, seed)``
                                     the PPL's infer_discrete, traced: a Run
 ``enum_loss(model, guide, *args)``  TraceEnum_ELBO's loss
-``elbo_loss(model, guide, *args, seed, num_particles)``
-                                    Trace_ELBO's loss for that seed
+``elbo_loss(model, guide, *args, seed, num_particles, loss)``
+                                    the loss (default Trace_ELBO) for that seed
 ``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed)``
                                     the library's helper, seeded, with NumPy params
 """

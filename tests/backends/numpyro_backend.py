@@ -91,9 +91,9 @@ class Backend:
         u = self._uniforms(guide_dist, (), jax.random.split(key)[1])  # the key `seed` hands the site
         return np.asarray(value), u, np.asarray(guide_log_prob), np.asarray(model_log_prob)
 
-    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False):
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None):
         """``jax.jit(svi.update)`` step by step, or ``svi.run`` (one compiled loop) if ``jit``."""
-        svi = SVI(model, guide, numpyro.optim.Adam(lr), Trace_ELBO(num_particles=num_particles))
+        svi = SVI(model, guide, numpyro.optim.Adam(lr), loss or Trace_ELBO(num_particles=num_particles))
         key = jax.random.PRNGKey(seed)
         if jit:
             result = svi.run(key, steps, *args, progress_bar=False)
@@ -168,8 +168,9 @@ class Backend:
     def enum_loss(self, model, guide, *args):
         return float(TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, model, guide, *args))
 
-    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1):
-        return float(Trace_ELBO(num_particles=num_particles).loss(jax.random.PRNGKey(seed), {}, model, guide, *args))
+    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1, loss=None):
+        elbo = loss or Trace_ELBO(num_particles=num_particles)
+        return float(elbo.loss(jax.random.PRNGKey(seed), {}, model, guide, *args))
 
     def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
         params = None if params is None else {k: self.array(v) for k, v in params.items()}

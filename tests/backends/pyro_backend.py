@@ -97,12 +97,12 @@ class Backend:
             self.numpy(model_trace.nodes["z"]["log_prob"]),
         )
 
-    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False):
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None):
         pyro.clear_param_store()
         pyro.set_rng_seed(seed)
         elbo_class = JitTrace_ELBO if jit else Trace_ELBO
         kwargs = {"ignore_jit_warnings": True} if jit else {}
-        elbo = elbo_class(num_particles=num_particles, vectorize_particles=num_particles > 1, **kwargs)
+        elbo = loss or elbo_class(num_particles=num_particles, vectorize_particles=num_particles > 1, **kwargs)
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
         losses = np.array([svi.step(*args) for _ in range(steps)])
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
@@ -167,9 +167,9 @@ class Backend:
     def enum_loss(self, model, guide, *args):
         return pyro.infer.TraceEnum_ELBO(max_plate_nesting=1).loss(model, guide, *args)
 
-    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1):
+    def elbo_loss(self, model, guide, *args, seed=0, num_particles=1, loss=None):
         pyro.set_rng_seed(seed)
-        elbo = Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
+        elbo = loss or Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
         return elbo.loss(model, guide, *args)
 
     def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):

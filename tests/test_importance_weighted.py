@@ -1,0 +1,65 @@
+"""ImportanceWeightedELBO: the importance-weighted bound L_m as an SVI loss, per data point or
+jointly, checked on a conjugate Gaussian model whose marginal likelihood is known exactly."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+RNG = np.random.default_rng(1)
+DATA = RNG.normal(0.0, np.sqrt(2.0), 200)  # z_n ~ N(0, 1), x_n ~ N(z_n, 1): x_n ~ N(0, sqrt 2)
+LOG_MARGINAL = stats.norm.logpdf(DATA, 0.0, np.sqrt(2.0))
+
+
+def gaussian_model(backend, size=len(DATA)):
+    def model(x):
+        with backend.plate("data", size):
+            z = backend.site("z", backend.normal(backend.array(np.zeros(size)), 1.0))
+            backend.site("x", backend.normal(z, 1.0), obs=x)
+
+    return model
+
+
+def gaussian_guide(backend, loc_scale=0.5, learnable=False, size=len(DATA)):
+    """q(z | x) = N(loc_scale * x, sqrt(1/2)); loc_scale = 1/2 is the exact posterior."""
+
+    def guide(x):
+        scale = backend.param("loc_scale", np.array(loc_scale)) if learnable else loc_scale
+        with backend.plate("data", size):
+            backend.site("z", backend.normal(scale * x, np.sqrt(0.5)))
+
+    return guide
+
+
+@pytest.mark.parametrize("plate", [None, "data"])
+@pytest.mark.parametrize("m", [1, 7])
+def test_exact_posterior_gives_the_marginal(backend, m, plate):
+    """With q the exact posterior every weight is p(x): the loss is -log p(x) for any m."""
+    elbo = backend.lib.ImportanceWeightedELBO(num_particles=m, plate=plate)
+    loss = backend.elbo_loss(gaussian_model(backend), gaussian_guide(backend), backend.array(DATA), seed=0, loss=elbo)
+    np.testing.assert_allclose(loss, -LOG_MARGINAL.sum(), rtol=1e-10)
+
+
+def test_bound_tightens_with_m_per_data_point(backend):
+    """With a poor guide (q = N(0, sqrt 1/2)), L_1 < L_5 < L_50 < log p(x) on 2000 points. Seen
+    (NumPyro, 12 seeds): L_1 = -4530 +- 35, L_5 = -3885 +- 16, L_50 = -3600 +- 11, log p = -3530;
+    the margins below are 5 standard deviations of each difference."""
+    rng = np.random.default_rng(2)
+    data = rng.normal(0.0, np.sqrt(2.0), 2000)
+    model, x = gaussian_model(backend, size=2000), backend.array(data)
+    guide = gaussian_guide(backend, loc_scale=0.0, size=2000)
+    bounds = [
+        -backend.elbo_loss(model, guide, x, seed=s, loss=backend.lib.ImportanceWeightedELBO(num_particles=m, plate="data"))
+        for s, m in enumerate((1, 5, 50))
+    ]
+    assert bounds[0] + 190 < bounds[1] < bounds[2] - 97, bounds
+    assert bounds[2] < stats.norm.logpdf(data, 0.0, np.sqrt(2.0)).sum(), bounds
+
+
+def test_svi_with_the_bound_finds_the_exact_posterior(backend):
+    """Maximizing the per-point L_5 over q's location slope recovers the exact posterior (1/2),
+    where the bound attains log p(x): the gradient of the estimator is right."""
+    model, guide = gaussian_model(backend), gaussian_guide(backend, loc_scale=0.0, learnable=True)
+    elbo = backend.lib.ImportanceWeightedELBO(num_particles=5, plate="data")
+    losses, params = backend.svi(model, guide, backend.array(DATA), steps=400, lr=0.02, seed=0, loss=elbo)
+    assert abs(float(params["loc_scale"]) - 0.5) < 0.03, params["loc_scale"]
+    assert np.all(np.isfinite(losses))
