@@ -8,9 +8,6 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
 
     model = poutine.reparam(model, config=log_space_config)
     guide = poutine.reparam(guide, config=log_space_config)
-
-(Pyro then warns that the guide's deterministic site is not a model variable, as it does for
-``pyro.deterministic`` in a guide; the site is a masked Delta and does not enter the ELBO.)
 """
 
 import torch
@@ -50,8 +47,15 @@ class LogSpaceReparam(Reparam):
 
 
 def log_space_config(msg):
-    """A ``poutine.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site."""
+    """A ``poutine.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site.
+
+    The site left behind is deterministic (a masked Delta); it is marked auxiliary, so that Pyro's
+    model/guide check does not count the guide's copy as a latent variable missing from the model.
+    """
     fn = msg["fn"]
     while isinstance(fn, torch.distributions.Independent):
         fn = fn.base_dist
-    return LogSpaceReparam() if isinstance(fn, (Concrete, BinConcrete)) else None
+    if not isinstance(fn, (Concrete, BinConcrete)):
+        return None
+    msg["infer"] = {**(msg["infer"] or {}), "is_auxiliary": True}
+    return LogSpaceReparam()

@@ -1,0 +1,323 @@
+"""The discrete VAE of the paper (section 5.2, appendices C and D) in NumPyro: layers of n-ary
+discrete latent nodes, trained with their Concrete relaxation and evaluated as the discrete graph.
+
+    python -m examples.dvae_numpyro                               # (200H~64V), binary, 8x8 digits
+    python -m examples.dvae_numpyro --arity 4 --particles 5       # 4-ary nodes, objective L_5
+    python -m examples.dvae_numpyro --estimator reinforce         # discrete sites, score function
+    python -m examples.dvae_numpyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
+
+Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
+shown as corners of {-1, 1}^log2(n) (appendix D.2). Training relaxes every node: the prior at
+temperature lambda_2, the posterior at lambda_1 (the paper's defaults per arity), both through the
+log-space nodes (ExpConcrete / LogitBinConcrete, via ``log_space_config``); the objective is the
+importance-weighted bound L_m, compiled with ``jax.jit``. The test NLL is -L_m of the *discrete*
+graph (``discrete_log_likelihood``).
+"""
+
+import math
+import os
+import pickle
+
+import numpy as np
+
+from examples import data, training
+
+
+def parse_args(argv):
+    parser = training.common_arguments(training.parser_for(__doc__), steps=20000, batch_size=64, lr=1e-3)
+    parser.add_argument("--dataset", default="digits", choices=["digits", "fashion-mnist"])
+    parser.add_argument("--data-dir", default=None, help="a directory of MNIST-format IDX files instead")
+    parser.add_argument("--binarize", default="dynamic", choices=["dynamic", "threshold"])
+    parser.add_argument("--arity", type=int, default=2, choices=[2, 4, 8])
+    parser.add_argument("--latent-units", type=int, default=None, help="H per layer (default 200, 240 for 8-ary)")
+    parser.add_argument("--layers", type=int, default=1, choices=[1, 2], help="stochastic layers")
+    parser.add_argument("--conditioning", default="nonlinear", choices=["nonlinear", "linear"])
+    parser.add_argument("--estimator", default="concrete", choices=["concrete", "reinforce"])
+    parser.add_argument("--particles", type=int, default=1, help="m of the training objective L_m")
+    parser.add_argument("--prior-temperature", type=float, default=None, help="lambda_2 (default: the paper's)")
+    parser.add_argument("--posterior-temperature", type=float, default=None, help="lambda_1 (default: the paper's)")
+    parser.add_argument("--eval-samples", type=int, default=1000, help="m of the test NLL (the paper used 50000)")
+    parser.add_argument("--eval-every", type=int, default=2000, help="steps between validation evaluations")
+    args = parser.parse_args(argv)
+    if args.estimator == "reinforce" and args.particles > 1:
+        training.fail("--estimator reinforce trains L_1 only (the paper's multi-sample baseline, VIMCO, is not implemented)")
+    return args
+
+
+# Parsed first: --device must reach JAX before it initializes a backend.
+if __name__ == "__main__":
+    _ARGS = parse_args(None)
+    if _ARGS.device:
+        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpyro  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+from numpyro import handlers  # noqa: E402
+from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
+from numpyro.infer.elbo import ELBO  # noqa: E402
+
+from numpyro_concrete import (  # noqa: E402
+    BinConcrete,
+    Concrete,
+    ImportanceWeightedELBO,
+    discrete,
+    discrete_log_likelihood,
+    log_space_config,
+)
+
+# (prior lambda_2, posterior lambda_1) by arity: the paper's appendix D.5
+PAPER_TEMPERATURES = {2: (1 / 2, 2 / 3), 4: (2 / 3, 1.0), 8: (2 / 5, 2 / 3)}
+
+
+class NodeLayer:
+    """``units`` coordinates of the hypercube, grouped into n-ary nodes of log2(n) coordinates;
+    a node's value is a corner of {-1, 1}^log2(n) (appendix D.2), relaxed through Concrete
+    (BinConcrete for n = 2)."""
+
+    def __init__(self, units, arity):
+        self.arity, self.bits = arity, int(math.log2(arity))
+        if 2**self.bits != arity or units % self.bits:
+            raise ValueError(f"--latent-units {units} must be a multiple of log2(arity) = {self.bits} (arity a power of 2)")
+        self.units, self.nodes = units, units // self.bits
+        codes = np.arange(arity)[:, None] >> np.arange(self.bits - 1, -1, -1)  # binary digits of each state
+        self.corners = jnp.asarray((2.0 * (codes & 1) - 1.0).T)  # (bits, arity): the corners as columns
+
+    @property
+    def num_logits(self):
+        return self.units if self.arity == 2 else self.nodes * self.arity
+
+    def distribution(self, temperature, logits):
+        if self.arity == 2:
+            return BinConcrete(temperature, logits=logits).to_event(1)
+        return Concrete(temperature, logits=logits.reshape(logits.shape[:-1] + (self.nodes, self.arity))).to_event(1)
+
+    def embed(self, value):
+        """The corner coordinates in [-1, 1]^units of a (relaxed or discrete) value."""
+        if self.arity == 2:
+            return 2.0 * value - 1.0
+        return (value @ self.corners.T).reshape(value.shape[:-2] + (self.units,))
+
+
+def network(name, x, outputs, nonlinear, output_bias=None):
+    """Linear ('-'), or two tanh layers ('~') of the size of the stochastic layer feeding the
+    network, the size of ``x`` (appendix D.1); Glorot initialization, zero biases (``output_bias``
+    initializes the last one)."""
+    inputs = x.shape[-1]
+    sizes = [inputs, inputs, inputs, outputs] if nonlinear else [inputs, outputs]
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        w = numpyro.param(f"{name}.w{i}", lambda key, shape=(n_in, n_out): jax.nn.initializers.glorot_uniform()(key, shape))
+        last = i == len(sizes) - 2
+        b = numpyro.param(f"{name}.b{i}", jnp.zeros(n_out) if not last or output_bias is None else output_bias)
+        x = x @ w + b
+        if not last:
+            x = jnp.tanh(x)
+    return x
+
+
+class DiscreteVAE:
+    """Generative layers top to bottom z1 -> ... -> x; inference x -> ... -> z1."""
+
+    def __init__(self, layers, nonlinear, temperatures, base_rate, reinforce):
+        self.layers, self.names = layers, [f"z{i + 1}" for i in range(len(layers))] if len(layers) > 1 else ["z"]
+        self.nonlinear = nonlinear
+        self.prior_temperature, self.posterior_temperature = temperatures
+        self.base_logit = jax.scipy.special.logit(jnp.clip(base_rate, 1e-3, 1 - 1e-3))  # appendix D.3
+        self.reinforce = reinforce
+
+    def decode(self, h):
+        return network("decoder", h, self.base_logit.shape[-1], self.nonlinear, self.base_logit)
+
+    def model(self, x):
+        logits = numpyro.param("prior_logits", jnp.zeros(self.layers[0].num_logits))
+        with numpyro.plate("data", x.shape[0]):
+            for i, (name, layer) in enumerate(zip(self.names, self.layers)):
+                z = numpyro.sample(name, layer.distribution(self.prior_temperature, logits))
+                h = layer.embed(z)
+                if i + 1 < len(self.layers):
+                    logits = network(f"prior{i}", h, self.layers[i + 1].num_logits, self.nonlinear)
+            numpyro.sample("x", dist.Bernoulli(logits=self.decode(h)).to_event(1), obs=x)
+
+    def guide(self, x):
+        with numpyro.plate("data", x.shape[0]):
+            if self.reinforce:  # a learned, input-dependent baseline for the score-function estimator
+                numpyro.deterministic("baseline", network("baseline", x, 1, self.nonlinear)[..., 0])
+            h = x
+            for i, (name, layer) in enumerate(zip(reversed(self.names), reversed(self.layers))):
+                logits = network(f"encoder{i}", h, layer.num_logits, self.nonlinear)
+                z = numpyro.sample(name, layer.distribution(self.posterior_temperature, logits))
+                h = layer.embed(z)
+
+    def images(self, params, x, key):
+        """Rows of images: samples of the discrete graph, data, its reconstructions (posterior mode)."""
+        bottom = self.names[-1]
+        sample = handlers.trace(handlers.seed(handlers.substitute(discrete(self.model), params), key)).get_trace(x)
+        mode = handlers.trace(handlers.seed(handlers.substitute(discrete(self.guide, mode="argmax"), params), key)).get_trace(x)
+        decode = handlers.substitute(self.decode, params)
+        return [
+            jax.nn.sigmoid(decode(self.layers[-1].embed(sample[bottom]["value"]))),
+            x,
+            jax.nn.sigmoid(decode(self.layers[-1].embed(mode[bottom]["value"]))),
+        ]
+
+
+class ScoreFunctionELBO(ELBO):
+    """The ELBO with the score-function gradient for the guide's discrete sites and a learned
+    baseline b(x) (NumPyro's TraceGraph_ELBO has none): per data point n, the surrogate
+    elbo_n + stop_gradient(elbo_n - b_n) * log q(z_n | x_n), and b regressed on elbo_n. The loss
+    value is -ELBO; the extra terms only contribute gradients."""
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        guide_key, model_key = jax.random.split(rng_key)
+        guide = handlers.substitute(guide, param_map)
+        guide_trace = handlers.trace(handlers.seed(guide, guide_key)).get_trace(*args, **kwargs)
+        model = handlers.replay(handlers.seed(handlers.substitute(model, param_map), model_key), trace=guide_trace)
+        model_trace = handlers.trace(model).get_trace(*args, **kwargs)
+
+        def per_datum(trace, sites):
+            return sum(trace[name]["fn"].log_prob(trace[name]["value"]) for name in sites)
+
+        latents = [n for n, s in guide_trace.items() if s["type"] == "sample"]
+        log_q = per_datum(guide_trace, latents)
+        elbo = per_datum(model_trace, [n for n, s in model_trace.items() if s["type"] == "sample"]) - log_q
+        baseline = guide_trace["baseline"]["value"]
+        score = jax.lax.stop_gradient(elbo - baseline) * log_q
+        baseline_loss = jnp.sum((jax.lax.stop_gradient(elbo) - baseline) ** 2)
+        extra = -jnp.sum(score) + baseline_loss
+        return {"loss": -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), "mutable_state": None}
+
+
+def make_svi(vae, optim, estimator="concrete", particles=1):
+    """SVI for the relaxed model through its log-space nodes (objective L_m), or for the discrete
+    model with the score-function estimator and the learned baseline."""
+    if estimator == "concrete":
+        model, guide = handlers.reparam(vae.model, config=log_space_config), handlers.reparam(vae.guide, config=log_space_config)
+        loss = Trace_ELBO() if particles == 1 else ImportanceWeightedELBO(num_particles=particles, plate="data")
+    else:
+        model, guide, loss = discrete(vae.model), discrete(vae.guide), ScoreFunctionELBO()
+    return SVI(model, guide, optim, loss)
+
+
+def make_train_step(svi, binarize, binarize_key):
+    """One compiled step: binarize the batch (a fresh Bernoulli(x) draw per step, or x > 1/2) and update."""
+
+    @jax.jit
+    def train_step(state, x, step):
+        if binarize == "dynamic":
+            x = jax.random.bernoulli(jax.random.fold_in(binarize_key, step), x).astype(x.dtype)
+        else:
+            x = (x > 0.5).astype(x.dtype)
+        return svi.update(state, x)
+
+    return train_step
+
+
+def evaluator(vae, num_particles):
+    """A compiled per-image L_m of the discrete graph."""
+
+    def bound(params, x, key):
+        return discrete_log_likelihood(vae.model, vae.guide, x, num_particles=num_particles, plate="data", params=params, rng_key=key)
+
+    return jax.jit(bound)
+
+
+def evaluate(bound, params, images, batch_size, key):
+    return np.concatenate([
+        np.asarray(bound(params, images[start : start + batch_size], jax.random.fold_in(key, start)))
+        for start in range(0, len(images), batch_size)
+    ])
+
+
+def main(argv=None):
+    args = _ARGS if argv is None and __name__ == "__main__" else parse_args(argv)
+    try:
+        dataset = data.load(args.dataset, args.data_dir)
+    except data.DataNotFound as error:
+        training.fail(str(error))
+    units = args.latent_units or (240 if args.arity == 8 else 200)
+    try:
+        layers = [NodeLayer(units, args.arity) for _ in range(args.layers)]
+    except ValueError as error:
+        training.fail(str(error))
+    paper = PAPER_TEMPERATURES[args.arity]
+    temperatures = (args.prior_temperature or paper[0], args.posterior_temperature or paper[1])
+
+    train = jnp.asarray(dataset.train)
+    vae = DiscreteVAE(layers, args.conditioning == "nonlinear", temperatures, train.mean(0), args.estimator == "reinforce")
+    svi = make_svi(vae, numpyro.optim.Adam(args.lr), args.estimator, args.particles)
+    key = jax.random.PRNGKey(args.seed)
+    init_key, binarize_key, eval_key = jax.random.split(key, 3)
+    train_step = make_train_step(svi, args.binarize, binarize_key)
+
+    state = svi.init(init_key, train[: args.batch_size])
+    step, losses, evaluations, elapsed = 0, [], [], 0.0
+    path = training.checkpoint_path(args.out)
+    if args.resume:
+        if path is None or not os.path.exists(path):
+            training.fail("--resume needs a checkpoint in --out")
+        with open(path, "rb") as f:
+            saved = pickle.load(f)
+        treedef = jax.tree_util.tree_structure(state)
+        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in saved["state"]])
+        step, losses, evaluations, elapsed = saved["step"], saved["losses"], saved["evaluations"], saved["elapsed"]
+
+    def save():
+        if path is not None:
+            leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)]
+            saved = dict(state=leaves, step=step, losses=losses, evaluations=evaluations, elapsed=clock.elapsed, args=vars(args))
+            training.atomic_write(path, pickle.dumps(saved))
+
+    quick_bound = evaluator(vae, 1)
+    valid = jnp.asarray(data.fixed_binarization(dataset.valid[:1000], args.binarize))
+    progress = training.Progress(args.steps, step, disable=args.no_progress)
+    pending = []  # losses still on the device: read in blocks, so that steps are dispatched ahead
+    clock = training.Clock(elapsed)
+    with training.StopRequests() as stop:
+        while step < args.steps and not stop.requested:
+            x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
+            state, loss = train_step(state, x, step)
+            pending.append(loss)
+            step += 1
+            boundary = step % args.eval_every == 0 or step % args.checkpoint_every == 0 or step == args.steps
+            if len(pending) == 50 or boundary or stop.requested:
+                for value in np.asarray(jax.device_get(pending)) / args.batch_size:
+                    losses.append(float(value))
+                    progress.update(float(value))
+                pending = []
+            with clock.paused():  # everything dispatched is done: the loss block was read
+                if step % args.eval_every == 0 or step == args.steps:
+                    params = svi.get_params(state)
+                    evaluations.append((step, -float(evaluate(quick_bound, params, valid, 500, eval_key).mean())))
+                if step % args.checkpoint_every == 0 or stop.requested:
+                    save()
+    progress.close()
+    with clock.paused():
+        save()
+    if stop.requested:
+        print(f"stopped at step {step} by signal {stop.signal}; resume with --resume")
+        raise SystemExit(128 + stop.signal)
+
+    params = svi.get_params(state)
+    test = jnp.asarray(data.fixed_binarization(dataset.test, args.binarize))
+    test_bound = evaluate(evaluator(vae, args.eval_samples), params, test, max(1, 50000 // args.eval_samples), eval_key)
+    test_nll = -float(test_bound.mean())
+    metrics = dict(
+        example="dvae", backend="numpyro", dataset=dataset.name, arity=args.arity, layers=args.layers, units=units,
+        conditioning=args.conditioning, estimator=args.estimator, particles=args.particles, temperatures=temperatures,
+        steps=step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
+        test_nll=test_nll, final_train_loss=float(np.mean(losses[-100:])), train_seconds=clock.elapsed,
+        seconds_per_step=clock.elapsed / max(step, 1), validation=evaluations,
+    )
+    training.write_metrics(args.out, metrics)
+    training.plot_learning_curve(args.out, losses, evaluations, ylabel="negative objective per image (nats)")
+    rows = [np.asarray(r) for r in vae.images(params, test[:10], eval_key)]
+    training.save_image_grid(args.out, "images.png", rows, dataset.image_shape, ["samples", "test data", "reconstructions"])
+    print(f"test NLL of the discrete graph (L_{args.eval_samples}): {test_nll:.2f} nats  "
+          f"[{dataset.name}, {args.arity}-ary, m={args.particles}, {args.estimator}, {step} steps, "
+          f"{1000 * clock.elapsed / max(step, 1):.2f} ms/step]")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
