@@ -16,11 +16,10 @@ graph (``discrete_log_likelihood``).
 
 import math
 import os
-import pickle
 
 import numpy as np
 
-from examples import data, training
+from examples import data, numpyro_training, training
 
 
 def parse_args(argv):
@@ -168,6 +167,8 @@ class ScoreFunctionELBO(ELBO):
     elbo_n + stop_gradient(elbo_n - b_n) * log q(z_n | x_n), and b regressed on elbo_n. The loss
     value is -ELBO; the extra terms only contribute gradients."""
 
+    can_infer_discrete = True
+
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
         guide_key, model_key = jax.random.split(rng_key)
         guide = handlers.substitute(guide, param_map)
@@ -251,52 +252,16 @@ def main(argv=None):
     train_step = make_train_step(svi, args.binarize, binarize_key)
 
     state = svi.init(init_key, train[: args.batch_size])
-    step, losses, evaluations, elapsed = 0, [], [], 0.0
-    path = training.checkpoint_path(args.out)
-    if args.resume:
-        if path is None or not os.path.exists(path):
-            training.fail("--resume needs a checkpoint in --out")
-        with open(path, "rb") as f:
-            saved = pickle.load(f)
-        treedef = jax.tree_util.tree_structure(state)
-        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in saved["state"]])
-        step, losses, evaluations, elapsed = saved["step"], saved["losses"], saved["evaluations"], saved["elapsed"]
-
-    def save():
-        if path is not None:
-            leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)]
-            saved = dict(state=leaves, step=step, losses=losses, evaluations=evaluations, elapsed=clock.elapsed, args=vars(args))
-            training.atomic_write(path, pickle.dumps(saved))
-
     quick_bound = evaluator(vae, 1)
     valid = jnp.asarray(data.fixed_binarization(dataset.valid[:1000], args.binarize))
-    progress = training.Progress(args.steps, step, disable=args.no_progress)
-    pending = []  # losses still on the device: read in blocks, so that steps are dispatched ahead
-    clock = training.Clock(elapsed)
-    with training.StopRequests() as stop:
-        while step < args.steps and not stop.requested:
-            x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
-            state, loss = train_step(state, x, step)
-            pending.append(loss)
-            step += 1
-            boundary = step % args.eval_every == 0 or step % args.checkpoint_every == 0 or step == args.steps
-            if len(pending) == 50 or boundary or stop.requested:
-                for value in np.asarray(jax.device_get(pending)) / args.batch_size:
-                    losses.append(float(value))
-                    progress.update(float(value))
-                pending = []
-            with clock.paused():  # everything dispatched is done: the loss block was read
-                if step % args.eval_every == 0 or step == args.steps:
-                    params = svi.get_params(state)
-                    evaluations.append((step, -float(evaluate(quick_bound, params, valid, 500, eval_key).mean())))
-                if step % args.checkpoint_every == 0 or stop.requested:
-                    save()
-    progress.close()
-    with clock.paused():
-        save()
-    if stop.requested:
-        print(f"stopped at step {step} by signal {stop.signal}; resume with --resume")
-        raise SystemExit(128 + stop.signal)
+
+    def make_batch(step):
+        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
+
+    def validation(params):
+        return -evaluate(quick_bound, params, valid, 500, eval_key).mean()
+
+    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=validation)
 
     params = svi.get_params(state)
     test = jnp.asarray(data.fixed_binarization(dataset.test, args.binarize))
@@ -305,17 +270,17 @@ def main(argv=None):
     metrics = dict(
         example="dvae", backend="numpyro", dataset=dataset.name, arity=args.arity, layers=args.layers, units=units,
         conditioning=args.conditioning, estimator=args.estimator, particles=args.particles, temperatures=temperatures,
-        steps=step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
-        test_nll=test_nll, final_train_loss=float(np.mean(losses[-100:])), train_seconds=clock.elapsed,
-        seconds_per_step=clock.elapsed / max(step, 1), validation=evaluations,
+        steps=history.step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
+        test_nll=test_nll, final_train_loss=float(np.mean(history.losses[-100:])), train_seconds=history.seconds,
+        seconds_per_step=history.seconds / max(history.step, 1), validation=history.evaluations,
     )
     training.write_metrics(args.out, metrics)
-    training.plot_learning_curve(args.out, losses, evaluations, ylabel="negative objective per image (nats)")
+    training.plot_learning_curve(args.out, history.losses, history.evaluations, ylabel="negative objective per image (nats)")
     rows = [np.asarray(r) for r in vae.images(params, test[:10], eval_key)]
     training.save_image_grid(args.out, "images.png", rows, dataset.image_shape, ["samples", "test data", "reconstructions"])
     print(f"test NLL of the discrete graph (L_{args.eval_samples}): {test_nll:.2f} nats  "
-          f"[{dataset.name}, {args.arity}-ary, m={args.particles}, {args.estimator}, {step} steps, "
-          f"{1000 * clock.elapsed / max(step, 1):.2f} ms/step]")
+          f"[{dataset.name}, {args.arity}-ary, m={args.particles}, {args.estimator}, {history.step} steps, "
+          f"{1000 * history.seconds / max(history.step, 1):.2f} ms/step]")
     return metrics
 
 

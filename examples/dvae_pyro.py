@@ -13,9 +13,7 @@ log-space nodes (ExpConcrete / LogitBinConcrete, via ``log_space_config``); the 
 importance-weighted bound L_m. The test NLL is -L_m of the *discrete* graph (``discrete_log_likelihood``).
 """
 
-import io
 import math
-import os
 
 import numpy as np
 import pyro
@@ -26,7 +24,7 @@ from pyro import poutine
 from pyro.infer import SVI, JitTrace_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceGraph_ELBO
 from pyro.optim import Adam
 
-from examples import data, training
+from examples import data, pyro_training, training
 from pyro_concrete import BinConcrete, Concrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
 
 # (prior lambda_2, posterior lambda_1) by arity: the paper's appendix D.5
@@ -193,46 +191,13 @@ def main(argv=None):
     optim = Adam({"lr": args.lr})
     svi = make_svi(vae, optim, args.estimator, args.particles, jit=not args.no_jit)
 
-    step, losses, evaluations, elapsed = 0, [], [], 0.0
-    path = training.checkpoint_path(args.out)
-    if args.resume:
-        if path is None or not os.path.exists(path):
-            training.fail("--resume needs a checkpoint in --out")
-        state = torch.load(path, weights_only=False, map_location=device)
-        vae.load_state_dict(state["model"])
-        optim.set_state(state["optim"])
-        step, losses, evaluations, elapsed = state["step"], state["losses"], state["evaluations"], state["elapsed"]
-
-    def save():
-        if path is not None:
-            buffer = io.BytesIO()
-            state = dict(model=vae.state_dict(), optim=optim.get_state(), step=step, losses=losses,
-                         evaluations=evaluations, elapsed=clock.elapsed, args=vars(args))
-            torch.save(state, buffer)
-            training.atomic_write(path, buffer.getvalue())
-
     valid = torch.as_tensor(data.fixed_binarization(dataset.valid[:1000], args.binarize), device=device)
-    progress = training.Progress(args.steps, step, disable=args.no_progress)
-    clock = training.Clock(elapsed)
-    with training.StopRequests() as stop:
-        while step < args.steps and not stop.requested:
-            torch.manual_seed(args.seed * 1_000_003 + step)  # the step's randomness depends on (seed, step) only
-            x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
-            x = torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x)
-            losses.append(svi.step(x) / len(x))
-            step += 1
-            progress.update(losses[-1])
-            with clock.paused():
-                if step % args.eval_every == 0 or step == args.steps:
-                    evaluations.append((step, -evaluate(vae, valid, 1, 500).mean().item()))
-                if step % args.checkpoint_every == 0 or stop.requested:
-                    save()
-    progress.close()
-    with clock.paused():
-        save()
-    if stop.requested:
-        print(f"stopped at step {step} by signal {stop.signal}; resume with --resume")
-        raise SystemExit(128 + stop.signal)
+
+    def make_batch(step):
+        x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
+        return (torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x),)
+
+    history = pyro_training.fit(svi, vae, optim, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean())
 
     test = torch.as_tensor(data.fixed_binarization(dataset.test, args.binarize), device=device)
     torch.manual_seed(args.seed)
@@ -240,17 +205,17 @@ def main(argv=None):
     metrics = dict(
         example="dvae", backend="pyro", dataset=dataset.name, arity=args.arity, layers=args.layers, units=units,
         conditioning=args.conditioning, estimator=args.estimator, particles=args.particles, temperatures=temperatures,
-        steps=step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
-        test_nll=test_nll, final_train_loss=float(np.mean(losses[-100:])), train_seconds=clock.elapsed,
-        seconds_per_step=clock.elapsed / max(step, 1), validation=evaluations,
+        steps=history.step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
+        test_nll=test_nll, final_train_loss=float(np.mean(history.losses[-100:])), train_seconds=history.seconds,
+        seconds_per_step=history.seconds / max(history.step, 1), validation=history.evaluations,
     )
     training.write_metrics(args.out, metrics)
-    training.plot_learning_curve(args.out, losses, evaluations, ylabel="negative objective per image (nats)")
+    training.plot_learning_curve(args.out, history.losses, history.evaluations, ylabel="negative objective per image (nats)")
     rows = [r.cpu().numpy() for r in vae.images(test, 10)]
     training.save_image_grid(args.out, "images.png", rows, dataset.image_shape, ["samples", "test data", "reconstructions"])
     print(f"test NLL of the discrete graph (L_{args.eval_samples}): {test_nll:.2f} nats  "
-          f"[{dataset.name}, {args.arity}-ary, m={args.particles}, {args.estimator}, {step} steps, "
-          f"{1000 * clock.elapsed / max(step, 1):.2f} ms/step]")
+          f"[{dataset.name}, {args.arity}-ary, m={args.particles}, {args.estimator}, {history.step} steps, "
+          f"{1000 * history.seconds / max(history.step, 1):.2f} ms/step]")
     return metrics
 
 
