@@ -1,0 +1,162 @@
+"""The runs behind the README's result tables: their exact commands, running them, and the tables.
+
+    python -m examples.results list                 # every run and its command
+    python -m examples.results run [--only TEXT]    # run the missing ones, one after another, into runs/
+    python -m examples.results collect              # copy runs/*/metrics.json into examples/results/
+    python -m examples.results table                # the README tables, from examples/results/
+
+A run that was interrupted is resumed from its checkpoint; a run with a metrics.json is skipped.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+FMNIST = ["--dataset", "fashion-mnist", "--lr", "3e-4", "--batch-size", "64", "--eval-samples", "100",
+          "--eval-every", "5000", "--checkpoint-every", "5000"]
+DIGITS = ["--steps", "20000", "--eval-samples", "1000", "--eval-every", "2000", "--checkpoint-every", "5000"]
+
+
+def _runs():
+    runs = {}
+    for ppl in ("numpyro", "pyro"):
+        # Fashion-MNIST (200H~784V): the paper's binary model, m = 1 and 5, 100k steps
+        for m in (1, 5):
+            runs[f"fmnist-dvae-{ppl}-binary-m{m}"] = (f"dvae_{ppl}", FMNIST + ["--steps", "100000", "--particles", str(m)])
+        # the 8x8 digits: arity x m x estimator
+        for arity in (2, 4, 8):
+            for m in (1, 5):
+                runs[f"digits-dvae-{ppl}-{arity}ary-m{m}"] = (f"dvae_{ppl}", DIGITS + ["--arity", str(arity), "--particles", str(m)])
+            runs[f"digits-dvae-{ppl}-{arity}ary-reinforce"] = (f"dvae_{ppl}", DIGITS + ["--arity", str(arity), "--estimator", "reinforce"])
+        # structured prediction
+        for m in (1, 5):
+            runs[f"digits-structured-{ppl}-m{m}"] = (f"structured_{ppl}", ["--steps", "10000", "--particles", str(m)])
+            runs[f"fmnist-structured-{ppl}-m{m}"] = (
+                f"structured_{ppl}", ["--dataset", "fashion-mnist", "--steps", "50000", "--particles", str(m), "--eval-every", "5000"])
+        # the mixture: relaxed vs exact enumeration, five seeds
+        for training in ("relaxed", "enumerate"):
+            for seed in range(5):
+                runs[f"digits-mixture-{ppl}-{training}-seed{seed}"] = (f"mixture_{ppl}", ["--training", training, "--seed", str(seed)])
+    # beyond m = 1 (NumPyro, the faster one here): REINFORCE, 4-ary nodes, a longer run
+    runs["fmnist-dvae-numpyro-binary-reinforce"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--estimator", "reinforce"])
+    runs["fmnist-dvae-numpyro-4ary-m1"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--arity", "4"])
+    runs["fmnist-dvae-numpyro-binary-m5-300k"] = ("dvae_numpyro", FMNIST + ["--steps", "300000", "--particles", "5"])
+    return runs
+
+
+RUNS = _runs()
+
+
+def command(name, runs_dir):
+    module, options = RUNS[name]
+    return [sys.executable, "-m", f"examples.{module}", *options, "--no-progress", "--out", os.path.join(runs_dir, name)]
+
+
+def run(only, runs_dir):
+    for name in RUNS:
+        if only and only not in name:
+            continue
+        out = os.path.join(runs_dir, name)
+        if os.path.exists(os.path.join(out, "metrics.json")):
+            continue
+        cmd = command(name, runs_dir) + (["--resume"] if os.path.exists(os.path.join(out, "checkpoint.bin")) else [])
+        print("$", " ".join(cmd[1:]), flush=True)
+        with open(os.path.join(runs_dir, f"{name}.log"), "a") as log:
+            subprocess.run(cmd, cwd=os.path.dirname(HERE), stdout=log, stderr=subprocess.STDOUT, check=False)
+
+
+def collect(runs_dir):
+    os.makedirs(RESULTS, exist_ok=True)
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*", "metrics.json"))):
+        name = os.path.basename(os.path.dirname(path))
+        if name in RUNS:
+            shutil.copy(path, os.path.join(RESULTS, f"{name}.json"))
+
+
+def _load(results_dir):
+    out = {}
+    for path in glob.glob(os.path.join(results_dir, "*.json")):
+        with open(path) as f:
+            out[os.path.basename(path)[: -len(".json")]] = json.load(f)
+    return out
+
+
+def _minutes(seconds):
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def table(results_dir):
+    results = _load(results_dir)
+
+    def rows(prefix):
+        return [(name, m) for name, m in sorted(results.items()) if name.startswith(prefix)]
+
+    print("Discrete VAE, 8x8 digits, (200H~64V) (240H for 8-ary), 20k steps: test NLL = -L_1000 of the discrete graph")
+    print("| PPL | nodes | objective | test NLL (nats) | training time | ms/step |")
+    print("|---|---|---|---|---|---|")
+    for name, m in rows("digits-dvae"):
+        objective = "REINFORCE, L_1" if m["estimator"] == "reinforce" else f"Concrete, L_{m['particles']}"
+        print(f"| {m['backend']} | {m['arity']}-ary | {objective} | {m['test_nll']:.2f} | {_minutes(m['train_seconds'])} | "
+              f"{1000 * m['seconds_per_step']:.2f} |")
+    print()
+    print("Discrete VAE, Fashion-MNIST, (200H~784V): test NLL = -L_100 of the discrete graph over the 10k test images")
+    print("| PPL | nodes | objective | steps | test NLL (nats) | training time | ms/step |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in rows("fmnist-dvae"):
+        objective = "REINFORCE, L_1" if m["estimator"] == "reinforce" else f"Concrete, L_{m['particles']}"
+        print(f"| {m['backend']} | {m['arity']}-ary | {objective} | {m['steps'] // 1000}k | {m['test_nll']:.2f} | "
+              f"{_minutes(m['train_seconds'])} | {1000 * m['seconds_per_step']:.2f} |")
+    print()
+    print("Structured prediction (bottom half from top half), linear, 2 x 240 binary nodes: test -L_100^SP of the discrete graph")
+    print("| data | PPL | objective | steps | test -L_100^SP (nats) | training time |")
+    print("|---|---|---|---|---|---|")
+    for name, m in rows("digits-structured") + rows("fmnist-structured"):
+        print(f"| {m['dataset']} | {m['backend']} | L_{m['particles']}^SP | {m['steps'] // 1000}k | {m['test_nll']:.2f} | "
+              f"{_minutes(m['train_seconds'])} |")
+    print()
+    print("Bernoulli mixture of the binarized 8x8 digits, K = 10, 3000 steps: mean +- sd over 5 seeds")
+    print("| PPL | training | test log p(x) per image (exact) | MAP accuracy | MAP ARI |")
+    print("|---|---|---|---|---|")
+    groups = defaultdict(list)
+    for name, m in rows("digits-mixture"):
+        groups[(m["backend"], m["training"])].append(m)
+    for (backend, training), ms in sorted(groups.items()):
+        def stat(key):
+            values = np.array([m[key] for m in ms])
+            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+
+        label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
+        print(f"| {backend} | {label} | {stat('test_log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["list", "run", "collect", "table"])
+    parser.add_argument("--only", default=None, help="run only the runs whose name contains this")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--results-dir", default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.action == "list":
+        for name in RUNS:
+            print(f"{name}: {' '.join(command(name, args.runs_dir)[1:])}")
+    elif args.action == "run":
+        os.makedirs(args.runs_dir, exist_ok=True)
+        run(args.only, args.runs_dir)
+    elif args.action == "collect":
+        collect(args.runs_dir)
+    else:
+        table(args.results_dir)
+
+
+if __name__ == "__main__":
+    main()
