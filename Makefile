@@ -1,4 +1,4 @@
-# Two commands on a fresh machine:  make test  /  make demo
+# Two commands on a fresh machine:  make test  /  make demo (the discrete VAE on the 8x8 digits)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests
 
 demo: $(STAMP)
-	$(BIN)/python -m examples.svi_demo
+	$(BIN)/python -m examples.dvae_numpyro
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -46,19 +46,16 @@ def _test_time_clusters(block, namespace):
     return [namespace["clusters"]]
 
 
-def test_demo_runs(capsys):
-    from examples import svi_demo
-
-    svi_demo.main(["--steps", "300"])
-    assert "accuracy" in capsys.readouterr().out
-
-
 def test_stability_benchmark_quick_mode(capsys):
     from bench import stability
 
     stability.main(["--quick"])
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| pyro_concrete")]
+    output = capsys.readouterr().out.splitlines()
+    rows = [line for line in output if line.startswith(("| pyro_concrete", "| numpyro_concrete"))]
     assert len(rows) == 8
     for row in rows:  # ours: 0.0% non-finite, 0.0% wrong, 0% rejected, 0% bad gradients
         cells = [c.strip() for c in row.split("|")[3:-1]]
         assert cells == ["0.0%", "0.0%", "0%", "0%"], row
+    # the motivating failure stays visible: torch's relaxed one-hot at t = 0.01 in float32
+    (anchor,) = [line for line in output if line.startswith("| torch RelaxedOneHotCategorical")]
+    assert float(anchor.split("|")[3].strip().rstrip("%")) > 50, anchor

@@ -1,0 +1,42 @@
+"""Timing side by side: interleaved repetitions, medians, after warm-up; machine and versions."""
+
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def machine_line():
+    import jax
+    import torch
+
+    return (
+        f"# {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); jax {jax.__version__} ({jax.devices()[0].platform})"
+    )
+
+
+def calls_per_block(fn, seconds):
+    """How many calls of ``fn`` take about ``seconds`` (at least 1)."""
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-6)
+    return max(1, int(seconds / once))
+
+
+def interleaved(contestants, repetitions=7, seconds=0.2, warmup=2):
+    """Median milliseconds per call of each ``contestants[name]()`` (a callable that blocks until its
+    result is ready), repetitions interleaved so that machine noise hits them all alike."""
+    for fn in contestants.values():
+        for _ in range(warmup):
+            fn()
+    counts = {name: calls_per_block(fn, seconds) for name, fn in contestants.items()}
+    times = {name: [] for name in contestants}
+    for _ in range(repetitions):
+        for name, fn in contestants.items():
+            start = time.perf_counter()
+            for _ in range(counts[name]):
+                fn()
+            times[name].append(1000 * (time.perf_counter() - start) / counts[name])
+    return {name: float(np.median(t)) for name, t in times.items()}

@@ -1,0 +1,235 @@
+"""Kernel speed: one sample and its log_prob, ``d.log_prob(d.rsample()).sum()``, forward only and
+forward + gradient with respect to the logits, for the four distributions, temperature 0.5, float32,
+on the workloads W1 = logits (1024, 200, 2), W2 = (1024, 200, 8), W3 = (64, 10, 1000) (the binary
+distributions read the same logits as independent variables). The distribution is built inside the
+timed call, as in a model whose logits come from a network.
+
+torch: ours (Pyro backend) with validation on (Pyro's default) and off; torch.distributions'
+RelaxedOneHotCategorical / ExpRelaxedCategorical / RelaxedBernoulli / LogitRelaxedBernoulli, same;
+a hand-written floor of the same math; the memory-traffic floor (noise and one softmax / sigmoid).
+JAX (all under ``jax.jit``): ours (NumPyro backend) with validation on (NumPyro 0.22's default) and
+off; TensorFlow Probability's JAX substrate (RelaxedOneHotCategorical, ExpRelaxedOneHotCategorical,
+RelaxedBernoulli, and Logistic for the logit node; TFP validates nothing by default); a
+hand-written floor; the memory-traffic floor.
+
+Run: ``python -m bench.kernels`` (``--quick`` for a short smoke run).
+"""
+
+import argparse
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.distributions as td
+
+import numpyro_concrete
+import pyro_concrete
+from bench.harness import interleaved, machine_line
+
+WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000)}
+NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
+T = 0.5
+
+
+# ----------------------------------------------------------------------------- torch
+
+
+def _torch_floor(name):
+    """The same math, written directly: sample in log space, score from the log coordinates."""
+    tiny = torch.finfo(torch.float32).tiny
+
+    def n_ary(a):
+        g = torch.rand_like(a).clamp_(min=tiny).log_().neg_().log_().neg_()
+        y = torch.log_softmax((a + g) / T, -1)
+        k = a.shape[-1]
+        b = a - T * y
+        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + b.sum(-1) - k * b.logsumexp(-1)
+        return (log_prob - y.sum(-1)).sum() if name == "Concrete" else log_prob.sum()
+
+    def binary(a):
+        u = torch.rand_like(a).clamp_(min=tiny)
+        y = (a + u.log() - torch.log1p(-u)) / T
+        s = (a - T * y).abs()
+        log_prob = math.log(T) - s - 2 * torch.log1p(torch.exp(-s))
+        if name == "BinConcrete":
+            abs_y = y.abs()
+            log_prob = log_prob + abs_y + 2 * torch.log1p(torch.exp(-abs_y))
+        return log_prob.sum()
+
+    return n_ary if name in ("Concrete", "ExpConcrete") else binary
+
+
+def _torch_memory_floor(name):
+    if name in ("Concrete", "ExpConcrete"):
+        return lambda a: torch.softmax(a + torch.rand_like(a), -1).sum()
+    return lambda a: torch.sigmoid(a + torch.rand_like(a)).sum()
+
+
+TORCH_ANCHORS = {
+    "Concrete": td.RelaxedOneHotCategorical,
+    "ExpConcrete": td.relaxed_categorical.ExpRelaxedCategorical,
+    "BinConcrete": td.RelaxedBernoulli,
+    "LogitBinConcrete": td.relaxed_bernoulli.LogitRelaxedBernoulli,
+}
+
+
+def torch_contestants(name, shape, grad):
+    logits = torch.randn(shape)
+    if name in ("BinConcrete", "LogitBinConcrete"):
+        logits = logits.reshape(shape[0], -1)
+    temperature = torch.tensor(T)
+
+    def timed(fn):
+        if grad:
+            leaf = logits.clone().requires_grad_()
+
+            def call():
+                leaf.grad = None
+                fn(leaf).backward()
+        else:
+            def call():
+                with torch.no_grad():
+                    fn(logits)
+
+        return call
+
+    def score(make):
+        return lambda a: (lambda d: d.log_prob(d.rsample()).sum())(make(a))
+
+    ours, anchor = getattr(pyro_concrete, name), TORCH_ANCHORS[name]
+    return {
+        "ours, validation on": timed(score(lambda a: ours(T, logits=a, validate_args=True))),
+        "ours, validation off": timed(score(lambda a: ours(T, logits=a, validate_args=False))),
+        "torch.distributions, validation on": timed(score(lambda a: anchor(temperature, logits=a, validate_args=True))),
+        "torch.distributions, validation off": timed(score(lambda a: anchor(temperature, logits=a, validate_args=False))),
+        "floor (same math)": timed(_torch_floor(name)),
+        "memory floor (noise + softmax)": timed(_torch_memory_floor(name)),
+    }
+
+
+# ----------------------------------------------------------------------------- JAX
+
+
+def _jax_floor(name):
+    def n_ary(a, key):
+        u = jnp.maximum(jax.random.uniform(key, a.shape), jnp.finfo(a.dtype).tiny)
+        y = jax.nn.log_softmax((a - jnp.log(-jnp.log(u))) / T, -1)
+        k = a.shape[-1]
+        b = a - T * y
+        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + b.sum(-1) - k * jax.nn.logsumexp(b, -1)
+        return (log_prob - y.sum(-1)).sum() if name == "Concrete" else log_prob.sum()
+
+    def binary(a, key):
+        u = jnp.maximum(jax.random.uniform(key, a.shape), jnp.finfo(a.dtype).tiny)
+        y = (a + jnp.log(u) - jnp.log1p(-u)) / T
+        s = jnp.abs(a - T * y)
+        log_prob = math.log(T) - s - 2 * jnp.log1p(jnp.exp(-s))
+        if name == "BinConcrete":
+            abs_y = jnp.abs(y)
+            log_prob = log_prob + abs_y + 2 * jnp.log1p(jnp.exp(-abs_y))
+        return log_prob.sum()
+
+    return n_ary if name in ("Concrete", "ExpConcrete") else binary
+
+
+def _jax_memory_floor(name):
+    if name in ("Concrete", "ExpConcrete"):
+        return lambda a, key: jax.nn.softmax(a + jax.random.uniform(key, a.shape), -1).sum()
+    return lambda a, key: jax.nn.sigmoid(a + jax.random.uniform(key, a.shape)).sum()
+
+
+def _tfp():
+    try:
+        from tensorflow_probability.substrates import jax as tfp
+    except ImportError:
+        return None
+    return tfp.distributions
+
+
+def jax_contestants(name, shape, grad):
+    logits = jax.random.normal(jax.random.PRNGKey(0), shape)
+    if name in ("BinConcrete", "LogitBinConcrete"):
+        logits = logits.reshape(shape[0], -1)
+    key = jax.random.PRNGKey(1)
+
+    def timed(fn):
+        compiled = jax.jit(jax.grad(fn) if grad else fn)
+        return lambda: compiled(logits, key).block_until_ready()
+
+    def score(make):
+        return lambda a, k: (lambda d: d.log_prob(d.sample(k)).sum())(make(a))
+
+    ours = getattr(numpyro_concrete, name)
+    result = {
+        "ours, validation on": timed(score(lambda a: ours(T, logits=a, validate_args=True))),
+        "ours, validation off": timed(score(lambda a: ours(T, logits=a, validate_args=False))),
+    }
+    tfd = _tfp()
+    if tfd is not None:
+        anchors = {
+            "Concrete": lambda a: tfd.RelaxedOneHotCategorical(T, logits=a),
+            "ExpConcrete": lambda a: tfd.ExpRelaxedOneHotCategorical(T, logits=a),
+            "BinConcrete": lambda a: tfd.RelaxedBernoulli(T, logits=a),
+            "LogitBinConcrete": lambda a: tfd.Logistic(a / T, 1 / T),
+        }
+        make = anchors[name]
+        result["TFP (JAX substrate)"] = timed(lambda a, k: (lambda d: d.log_prob(d.sample(seed=k)).sum())(make(a)))
+    result["floor (same math)"] = timed(_jax_floor(name))
+    result["memory floor (noise + softmax)"] = timed(_jax_memory_floor(name))
+    return result
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _measure(contestants, repetitions, seconds):
+    working = {}
+    for label, fn in contestants.items():
+        try:
+            fn()
+            working[label] = fn
+        except Exception as error:  # e.g. torch's validation rejecting its own float32 samples
+            print(f"#   {label}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+    return interleaved(working, repetitions=repetitions, seconds=seconds)
+
+
+def run(workloads, names, repetitions, seconds):
+    print(machine_line())
+    print(f"# d.log_prob(d.rsample()).sum(), temperature {T}, float32; median ms over {repetitions} interleaved repetitions")
+    results = {}
+    for framework, contestants_for in (("torch", torch_contestants), ("jax", jax_contestants)):
+        print(f"\n## {framework}\n")
+        print("| workload | distribution | contestant | forward ms | fwd+grad ms | fwd+grad / floor |")
+        print("|---|---|---|---|---|---|")
+        for workload in workloads:
+            for name in names:
+                forward = _measure(contestants_for(name, WORKLOADS[workload], False), repetitions, seconds)
+                backward = _measure(contestants_for(name, WORKLOADS[workload], True), repetitions, seconds)
+                floor = backward["floor (same math)"]
+                for label in backward:
+                    results[(framework, workload, name, label)] = (forward.get(label), backward[label])
+                    fwd = f"{forward[label]:.2f}" if label in forward else "-"
+                    print(f"| {workload} {WORKLOADS[workload]} | {name} | {label} | {fwd} | {backward[label]:.2f} | "
+                          f"{backward[label] / floor:.2f}x |")
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="W3 only, 2 short repetitions")
+    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=0.2, help="length of a timed block")
+    parser.add_argument("--workload", action="append", choices=list(WORKLOADS), help="default: all")
+    parser.add_argument("--distribution", action="append", choices=list(NAMES), help="default: all")
+    args = parser.parse_args(argv)
+    workloads = args.workload or list(WORKLOADS)
+    if args.quick:
+        workloads, args.repetitions, args.seconds = ["W3"], 2, 0.01
+    torch.set_num_threads(torch.get_num_threads())
+    return run(workloads, args.distribution or list(NAMES), args.repetitions, args.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Scaling: time and peak memory of ``d.log_prob(d.rsample()).sum()`` and its gradient (Concrete,
+temperature 0.5, float32) against the number of categories K (2 ... 10^4, batch 100) and against
+the batch size (10^2 ... 10^6, K = 10), for both backends (JAX under ``jax.jit``).
+
+Each configuration runs in a fresh process, so that its peak resident memory (above the process's
+baseline after the imports and a small warm-up) is its own. The last column is the slope of log time
+(log memory) against log size over the upper two decades: 1 is linear; a quadratic term would push
+it towards 2.
+
+Run: ``python -m bench.scaling`` (``--quick`` for a smoke run).
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+
+import numpy as np
+
+SWEEPS = {
+    "K (batch 100)": [(100, k) for k in (2, 10, 100, 1000, 10000)],
+    "batch (K = 10)": [(b, 10) for b in (100, 1000, 10000, 100000, 1000000)],
+}
+
+
+def _peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker(framework, batch, k, repetitions):
+    """Runs in a subprocess: prints {"ms": ..., "mb": ...} for one configuration."""
+    import time
+
+    if framework == "torch":
+        import torch
+
+        from pyro_concrete import Concrete
+
+        def make(shape):
+            leaf = torch.randn(shape).requires_grad_()
+
+            def call():
+                leaf.grad = None
+                d = Concrete(0.5, logits=leaf, validate_args=False)
+                d.log_prob(d.rsample()).sum().backward()
+
+            return call
+    else:
+        import jax
+
+        from numpyro_concrete import Concrete
+
+        def make(shape):
+            logits = jax.random.normal(jax.random.PRNGKey(0), shape)
+            grad = jax.jit(jax.grad(lambda a, key: (lambda d: d.log_prob(d.sample(key)).sum())(Concrete(0.5, logits=a, validate_args=False))))
+            return lambda: grad(logits, jax.random.PRNGKey(1)).block_until_ready()
+
+    small = make((2, 2))
+    small()
+    baseline = _peak_rss_mb()
+    call = make((batch, k))
+    call()  # compile / warm up
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - start))
+    print(json.dumps({"ms": float(np.median(times)), "mb": _peak_rss_mb() - baseline}))
+
+
+def _measure(framework, batch, k, repetitions):
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.scaling", "--worker", framework, str(batch), str(k), str(repetitions)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def _slope(sizes, values):
+    sizes, values = np.log(np.asarray(sizes[-3:], float)), np.log(np.maximum(np.asarray(values[-3:], float), 1e-3))
+    return float(np.polyfit(sizes, values, 1)[0])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the two smallest configurations, one repetition")
+    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--worker", nargs=4, metavar=("FRAMEWORK", "BATCH", "K", "REPETITIONS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        framework, batch, k, repetitions = args.worker
+        return worker(framework, int(batch), int(k), int(repetitions))
+    from bench.harness import machine_line
+
+    print(machine_line())
+    print("# Concrete, t = 0.5, float32: median ms of forward + gradient, and peak resident memory above the process baseline")
+    results = {}
+    for framework in ("torch", "jax"):
+        for sweep, configs in SWEEPS.items():
+            if args.quick:
+                configs = configs[:2]
+            rows = [(b, k, _measure(framework, b, k, 1 if args.quick else args.repetitions)) for b, k in configs]
+            sizes = [b * k for b, k, _ in rows]
+            print(f"\n{framework}, sweep over {sweep}\n")
+            print("| batch | K | elements | ms | ms per 10^6 elements | peak MB |")
+            print("|---|---|---|---|---|---|")
+            for (b, k, m), n in zip(rows, sizes):
+                print(f"| {b} | {k} | {n} | {m['ms']:.2f} | {1e6 * m['ms'] / n:.2f} | {m['mb']:.0f} |")
+            if len(rows) >= 3:
+                ms = [m["ms"] for _, _, m in rows]
+                mb = [m["mb"] for _, _, m in rows]
+                print(f"\nslope of log time / log memory against log elements, upper two decades: "
+                      f"{_slope(sizes, ms):.2f} / {_slope(sizes, mb):.2f}")
+            results[(framework, sweep)] = rows
+    return results
+
+
+if __name__ == "__main__":
+    main()
