@@ -27,7 +27,9 @@ def _drop(key, ref):
 
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
-    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates)). Returns value."""
+    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
+    ``"finite"``: ``value`` holds its own coordinates, all finite, and ``coordinates`` is None --
+    an ExpConcrete sample, which ``log_prob`` then scores without a boundary check). Returns value."""
     key = id(value)
     try:
         ref = weakref.ref(value, lambda ref, key=key: _drop(key, ref))
@@ -45,4 +47,4 @@ def recall(value, kind):
     ref, coordinates, entry_kind = entry
     if entry_kind != kind or ref() is not value:
         return None
-    return coordinates
+    return value if coordinates is None else coordinates

@@ -45,25 +45,30 @@ def exp_concrete_sample(key, logits, temperature, shape):
     return jax.nn.log_softmax(scores, axis=-1)
 
 
-def exp_concrete_log_prob(y, logits, temperature):
-    """log κ(y) (appendix C.3): log (K-1)! + (K-1) log t + Σ_k b_k - K logsumexp_k b_k,
-    with b_k = log a_k - t y_k. Points on the boundary of log Δ (some y_k = -inf) get -inf."""
+def exp_concrete_log_prob_interior(y, logits, temperature):
+    """log κ(y) (appendix C.3) for y with finite entries: log (K-1)! + (K-1) log t + Σ_k b_k
+    - K logsumexp_k b_k, with b_k = log a_k - t y_k."""
     num_categories = y.shape[-1]
-    at_infinity = jnp.isneginf(y)
-    b = logits - temperature[..., None] * jnp.where(at_infinity, 0.0, y)
-    result = (
+    b = logits - temperature[..., None] * y
+    return (
         math.lgamma(num_categories)
         + (num_categories - 1) * jnp.log(temperature)
         + b.sum(-1)
         - num_categories * logsumexp(b, axis=-1)
     )
+
+
+def exp_concrete_log_prob(y, logits, temperature):
+    """log κ(y) for any y in log Δ: points on its boundary (some y_k = -inf) get -inf."""
+    at_infinity = jnp.isneginf(y)
+    result = exp_concrete_log_prob_interior(jnp.where(at_infinity, 0.0, y), logits, temperature)
     # the density of the log-ratios vanishes at infinity
     return jnp.where(at_infinity.any(-1), -jnp.inf, result)
 
 
 def concrete_log_prob(y, logits, temperature):
     """Concrete log density (eq. 11) at x = exp(y), for y with finite entries: log κ(y) - Σ_k y_k."""
-    return exp_concrete_log_prob(y, logits, temperature) - y.sum(-1)
+    return exp_concrete_log_prob_interior(y, logits, temperature) - y.sum(-1)
 
 
 def concrete_log_prob_at_boundary(y, logits, temperature):

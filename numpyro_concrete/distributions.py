@@ -8,7 +8,7 @@ number or an array whose shape broadcasts with the batch shape and is part of it
 import jax
 import jax.numpy as jnp
 from numpyro.distributions import Distribution, constraints
-from numpyro.distributions.util import lazy_property, validate_sample
+from numpyro.distributions.util import lazy_property
 
 from . import _carry, _numerics
 from . import constraints as concrete_constraints
@@ -52,6 +52,19 @@ class _ConcreteFamily(ValidatedValues, Distribution):
 
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
+
+    def _coordinates(self, value, kind, intermediates=None):
+        """The log-space coordinates carried by ``value`` (an own sample: in the support by
+        construction, so not validated again), or None for any other value (see ``_validated``)."""
+        self._check_value_shape(value)
+        return intermediates[0] if intermediates else _carry.recall(value, kind)
+
+    def _validated(self, value, log_prob):
+        """``log_prob`` of a value that is not an own sample, under validation -inf off the support
+        (NumPyro's ``@validate_sample``; a concrete value off the support raises)."""
+        if self._validate_args:
+            return jnp.where(self._validate_sample(value), log_prob, -jnp.inf)
+        return log_prob
 
 
 class _NaryConcrete(_ConcreteFamily):
@@ -98,13 +111,12 @@ class Concrete(_NaryConcrete):
         y = self._sample_log(key, sample_shape)
         return _carry.attach(jnp.exp(y), y, "log"), [y]
 
-    @validate_sample
     def log_prob(self, value, intermediates=None):
-        self._check_value_shape(value)
-        y = intermediates[0] if intermediates else _carry.recall(value, "log")
+        y = self._coordinates(value, "log", intermediates)
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
-        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+        return self._validated(value, log_prob)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -137,12 +149,12 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return self._sample_log(key, sample_shape), []
+        return _carry.attach(self._sample_log(key, sample_shape), None, "finite"), []
 
-    @validate_sample
     def log_prob(self, value, intermediates=None):
-        self._check_value_shape(value)
-        return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
+        if self._coordinates(value, "finite") is not None:  # an own sample: no -inf entries
+            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
+        return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
     def discrete(self):
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
@@ -193,13 +205,12 @@ class BinConcrete(_BinaryConcrete):
         y = _carry.recall(value, "logit")
         return _numerics.logit(value) if y is None else y
 
-    @validate_sample
     def log_prob(self, value, intermediates=None):
-        self._check_value_shape(value)
-        y = intermediates[0] if intermediates else _carry.recall(value, "logit")
+        y = self._coordinates(value, "logit", intermediates)
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
-        return _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
+        return self._validated(value, log_prob)
 
     def cdf(self, value):
         if self._validate_args:
@@ -236,10 +247,9 @@ class LogitBinConcrete(_BinaryConcrete):
     def sample_with_intermediates(self, key, sample_shape=()):
         return self._sample_logit(key, sample_shape), []
 
-    @validate_sample
     def log_prob(self, value, intermediates=None):
         self._check_value_shape(value)
-        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
+        return self._validated(value, _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature))
 
     def cdf(self, value):
         if self._validate_args:

@@ -32,13 +32,16 @@ def _drop(key, ref):
 
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
-    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates)). Returns value."""
+    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
+    ``"finite"``: ``value`` holds its own coordinates, all finite, and ``coordinates`` is None --
+    an ExpConcrete sample, which ``log_prob`` then scores without a boundary check). Returns value."""
     try:
         key = _key(value)
     except (RuntimeError, NotImplementedError):  # tensors without storage (functorch, fake, meta)
         return value
     ref = weakref.ref(value, lambda ref, key=key: _drop(key, ref))
-    _entries[key] = (ref, value._version, coordinates, coordinates._version, kind)
+    coordinates_version = None if coordinates is None else coordinates._version
+    _entries[key] = (ref, value._version, coordinates, coordinates_version, kind)
     return value
 
 
@@ -51,12 +54,11 @@ def recall(value, kind):
     if entry is None:
         return None
     ref, version, coordinates, coordinates_version, entry_kind = entry
-    if (
-        entry_kind != kind
-        or ref() is None
-        or value._version != version
-        or coordinates._version != coordinates_version
-    ):
+    if entry_kind != kind or ref() is None or value._version != version:
+        return None
+    if coordinates is None:
+        return value
+    if coordinates._version != coordinates_version:
         return None
     if not value.requires_grad:
         return coordinates.detach()

@@ -32,6 +32,8 @@ def _as_float_tensor(x, dtype=None):
 
 
 def _check_values(cls_name, name, x, low_open=None, high_open=None):
+    if low_open is None and high_open is None and bool(torch.isfinite(x).all()):
+        return  # one pass in the common case; the messages below say what is wrong
     if torch.isnan(x).any():
         _fail(cls_name, f"{name} contains NaN")
     if torch.isinf(x).any():
@@ -60,7 +62,9 @@ def _check_probs(cls_name, probs, categorical):
 
 
 def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
-    """Returns (temperature, logits, probs or None, batch_shape), broadcast to the batch shape.
+    """Returns (temperature, logits, probs or None, batch_shape): logits and probs broadcast to the
+    batch shape, temperature only broadcastable to it (a 0-dim temperature keeps the kernels on
+    torch's scalar fast paths; the caller expands it for the public attribute).
 
     ``event_dim`` is 1 for the n-ary family (the last axis of logits holds the categories) and 0
     for the binary family. ``temperature`` is a batch parameter: its shape broadcasts with
@@ -108,7 +112,6 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
             "(one per distribution, never one per category)",
         )
     event_shape = logits.shape[-1:] if categorical else torch.Size()
-    temperature = temperature.expand(batch_shape)
     logits = logits.expand(batch_shape + event_shape)
     probs = None if probs is None else probs.expand(batch_shape + event_shape)
     return temperature, logits, probs, batch_shape

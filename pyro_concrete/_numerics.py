@@ -3,7 +3,8 @@
 Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
 the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
-``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
+``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it
+(a 0-dim temperature keeps torch on its scalar fast paths).
 Boundary branches are evaluated on inputs that are finite for them, so that ``torch.where`` never
 multiplies a zero gradient by an infinite derivative (no NaN in backward).
 """
@@ -38,31 +39,41 @@ def logistic(shape, like):
 # ----------------------------------------------------------------------------- n-ary Concrete
 
 
+def _per_category(temperature):
+    """The temperature against the category axis."""
+    return temperature if temperature.dim() == 0 else temperature.unsqueeze(-1)
+
+
 def exp_concrete_sample(logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
-    scores = (logits + gumbel(shape, logits)) / temperature.unsqueeze(-1)
+    scores = (logits + gumbel(shape, logits)) / _per_category(temperature)
     return torch.log_softmax(scores, dim=-1)
 
 
-def exp_concrete_log_prob(y, logits, temperature):
-    """log κ(y) (appendix C.3): log (K-1)! + (K-1) log t + Σ_k b_k - K logsumexp_k b_k,
-    with b_k = log a_k - t y_k. Points on the boundary of log Δ (some y_k = -inf) get -inf."""
+def exp_concrete_log_prob_interior(y, logits, temperature):
+    """log κ(y) (appendix C.3) for y with finite entries: log (K-1)! + (K-1) log t + Σ_k b_k
+    - K logsumexp_k b_k, with b_k = log a_k - t y_k."""
     num_categories = y.shape[-1]
-    at_infinity = torch.isneginf(y)
-    b = logits - temperature.unsqueeze(-1) * y.masked_fill(at_infinity, 0.0)
-    result = (
+    b = logits - _per_category(temperature) * y
+    return (
         math.lgamma(num_categories)
         + (num_categories - 1) * temperature.log()
         + b.sum(-1)
         - num_categories * b.logsumexp(-1)
     )
+
+
+def exp_concrete_log_prob(y, logits, temperature):
+    """log κ(y) for any y in log Δ: points on its boundary (some y_k = -inf) get -inf."""
+    at_infinity = torch.isneginf(y)
+    result = exp_concrete_log_prob_interior(y.masked_fill(at_infinity, 0.0), logits, temperature)
     # the density of the log-ratios vanishes at infinity
     return result.masked_fill(at_infinity.any(-1), -math.inf)
 
 
 def concrete_log_prob(y, logits, temperature):
     """Concrete log density (eq. 11) at x = exp(y), for y with finite entries: log κ(y) - Σ_k y_k."""
-    return exp_concrete_log_prob(y, logits, temperature) - y.sum(-1)
+    return exp_concrete_log_prob_interior(y, logits, temperature) - y.sum(-1)
 
 
 def concrete_log_prob_at_boundary(y, logits, temperature):

@@ -26,9 +26,11 @@ class _ConcreteFamily(TorchDistribution):
 
     def __init__(self, temperature, logits=None, probs=None, validate_args=None):
         validate = validation_enabled(validate_args)
-        self.temperature, self.logits, probs, batch_shape = promote_params(
+        temperature, self.logits, probs, batch_shape = promote_params(
             type(self).__name__, temperature, logits, probs, self._event_dim, validate
         )
+        self._t = temperature  # broadcastable to the batch shape; what the kernels read
+        self.temperature = temperature.expand(batch_shape)
         if probs is not None:
             self.probs = probs
         event_shape = self.logits.shape[-1:] if self._event_dim else torch.Size()
@@ -38,7 +40,8 @@ class _ConcreteFamily(TorchDistribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(type(self), _instance)
         batch_shape = torch.Size(batch_shape)
-        new.temperature = self.temperature.expand(batch_shape)
+        new._t = self._t
+        new.temperature = self._t.expand(batch_shape)
         new.logits = self.logits.expand(batch_shape + self.event_shape)
         if "probs" in self.__dict__:
             new.probs = self.probs.expand(batch_shape + self.event_shape)
@@ -49,6 +52,14 @@ class _ConcreteFamily(TorchDistribution):
     def _validate(self, value):
         if self._validate_args:
             self._validate_sample(value)
+
+    def _coordinates(self, value, kind):
+        """The log-space coordinates carried by ``value`` (an own sample: in the support by
+        construction, so not validated again), or None for any other value (validated)."""
+        y = _carry.recall(value, kind)
+        if y is None:
+            self._validate(value)
+        return y
 
 
 class _NaryConcrete(_ConcreteFamily):
@@ -65,7 +76,7 @@ class _NaryConcrete(_ConcreteFamily):
 
     def _sample_log(self, sample_shape):
         return _numerics.exp_concrete_sample(
-            self.logits, self.temperature, self._extended_shape(sample_shape)
+            self.logits, self._t, self._extended_shape(sample_shape)
         )
 
 
@@ -97,11 +108,10 @@ class Concrete(_NaryConcrete):
         return _carry.attach(torch.exp(y), y, "log")
 
     def log_prob(self, value):
-        self._validate(value)
-        y = _carry.recall(value, "log")
+        y = self._coordinates(value, "log")
         if y is not None:
-            return _numerics.concrete_log_prob(y, self.logits, self.temperature)
-        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+            return _numerics.concrete_log_prob(y, self.logits, self._t)
+        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._t)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -134,11 +144,12 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._sample_log(sample_shape)
+        return _carry.attach(self._sample_log(sample_shape), None, "finite")
 
     def log_prob(self, value):
-        self._validate(value)
-        return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
+        if self._coordinates(value, "finite") is not None:  # an own sample: no -inf entries
+            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._t)
+        return _numerics.exp_concrete_log_prob(value, self.logits, self._t)
 
     def discrete(self):
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
@@ -159,7 +170,7 @@ class _BinaryConcrete(_ConcreteFamily):
 
     def _sample_logit(self, sample_shape):
         return _numerics.logit_bin_concrete_sample(
-            self.logits, self.temperature, self._extended_shape(sample_shape)
+            self.logits, self._t, self._extended_shape(sample_shape)
         )
 
 
@@ -192,20 +203,17 @@ class BinConcrete(_BinaryConcrete):
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value):
-        self._validate(value)
-        y = _carry.recall(value, "logit")
+        y = self._coordinates(value, "logit")
         if y is not None:
-            return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
-        return _numerics.bin_concrete_log_prob_at_boundary(
-            _numerics.logit(value), self.logits, self.temperature
-        )
+            return _numerics.bin_concrete_log_prob(y, self.logits, self._t)
+        return _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._t)
 
     def cdf(self, value):
         self._validate(value)
-        return torch.sigmoid(self.temperature * self._logit_of(value) - self.logits)
+        return torch.sigmoid(self._t * self._logit_of(value) - self.logits)
 
     def icdf(self, value):
-        y = (self.logits + _numerics.logit(value)) / self.temperature
+        y = (self.logits + _numerics.logit(value)) / self._t
         return _carry.attach(torch.sigmoid(y), y, "logit")
 
     def discrete(self):
@@ -236,14 +244,14 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def log_prob(self, value):
         self._validate(value)
-        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
+        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self._t)
 
     def cdf(self, value):
         self._validate(value)
-        return torch.sigmoid(self.temperature * value - self.logits)
+        return torch.sigmoid(self._t * value - self.logits)
 
     def icdf(self, value):
-        return (self.logits + _numerics.logit(value)) / self.temperature
+        return (self.logits + _numerics.logit(value)) / self._t
 
     def discrete(self):
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""
