@@ -149,10 +149,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _carry.attach(self._sample_log(key, sample_shape), None, "finite"), []
+        return _carry.attach(self._sample_log(key, sample_shape), None, "log_simplex"), []
 
     def log_prob(self, value, intermediates=None):
-        if self._coordinates(value, "finite") is not None:  # an own sample: no -inf entries
+        if self._coordinates(value, "log_simplex") is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
@@ -245,11 +245,13 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return self._sample_logit(key, sample_shape), []
+        return _carry.attach(self._sample_logit(key, sample_shape), None, "real"), []
 
     def log_prob(self, value, intermediates=None):
-        self._check_value_shape(value)
-        return self._validated(value, _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature))
+        log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
+        if self._coordinates(value, "real") is not None:  # an own sample
+            return log_prob
+        return self._validated(value, log_prob)
 
     def cdf(self, value):
         if self._validate_args:

@@ -33,8 +33,9 @@ def _drop(key, ref):
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
     (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
-    ``"finite"``: ``value`` holds its own coordinates, all finite, and ``coordinates`` is None --
-    an ExpConcrete sample, which ``log_prob`` then scores without a boundary check). Returns value."""
+    ``"log_simplex"``, ``"real"``: ``value`` is an ExpConcrete (LogitBinConcrete) sample, its own
+    coordinates, all finite, and ``coordinates`` is None; ``log_prob`` then skips the boundary check
+    and the validation of the value). Returns value."""
     try:
         key = _key(value)
     except (RuntimeError, NotImplementedError):  # tensors without storage (functorch, fake, meta)

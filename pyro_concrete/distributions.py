@@ -144,10 +144,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape=torch.Size()):
-        return _carry.attach(self._sample_log(sample_shape), None, "finite")
+        return _carry.attach(self._sample_log(sample_shape), None, "log_simplex")
 
     def log_prob(self, value):
-        if self._coordinates(value, "finite") is not None:  # an own sample: no -inf entries
+        if self._coordinates(value, "log_simplex") is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._t)
         return _numerics.exp_concrete_log_prob(value, self.logits, self._t)
 
@@ -240,10 +240,10 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._sample_logit(sample_shape)
+        return _carry.attach(self._sample_logit(sample_shape), None, "real")
 
     def log_prob(self, value):
-        self._validate(value)
+        self._coordinates(value, "real")  # validates any value but an own sample
         return _numerics.logit_bin_concrete_log_prob(value, self.logits, self._t)
 
     def cdf(self, value):
