@@ -1,11 +1,12 @@
 """Scaling: time and peak memory of ``d.log_prob(d.rsample()).sum()`` and its gradient (Concrete,
-temperature 0.5, float32) against the number of categories K (2 ... 10^4, batch 100) and against
+temperature 0.5, float32) against the number of categories K (2 ... 10^4, batch 1000) and against
 the batch size (10^2 ... 10^6, K = 10), for both backends (JAX under ``jax.jit``).
 
 Each configuration runs in a fresh process, so that its peak resident memory (above the process's
-baseline after the imports and a small warm-up) is its own. The last column is the slope of log time
-(log memory) against log size over the upper two decades: 1 is linear; a quadratic term would push
-it towards 2.
+baseline after the imports and a small warm-up) is its own; it is measured in whole megabytes, so
+small configurations read 0. Below each sweep: the slope of log time against log size over the upper
+two decades, and of log memory over the configurations that use at least 8 MB -- 1 is linear; a
+quadratic term would push it towards 2.
 
 Run: ``python -m bench.scaling`` (``--quick`` for a smoke run).
 """
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 
 SWEEPS = {
-    "K (batch 100)": [(100, k) for k in (2, 10, 100, 1000, 10000)],
+    "K (batch 1000)": [(1000, k) for k in (2, 10, 100, 1000, 10000)],
     "batch (K = 10)": [(b, 10) for b in (100, 1000, 10000, 100000, 1000000)],
 }
 
@@ -78,13 +79,19 @@ def _measure(framework, batch, k, repetitions):
 
 
 def _slope(sizes, values):
-    sizes, values = np.log(np.asarray(sizes[-3:], float)), np.log(np.maximum(np.asarray(values[-3:], float), 1e-3))
-    return float(np.polyfit(sizes, values, 1)[0])
+    """Slope of log value against log size, or None with fewer than two points."""
+    if len(sizes) < 2:
+        return None
+    return float(np.polyfit(np.log(np.asarray(sizes, float)), np.log(np.asarray(values, float)), 1)[0])
+
+
+def _format(slope):
+    return "n/a" if slope is None else f"{slope:.2f}"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the two smallest configurations, one repetition")
+    parser.add_argument("--quick", action="store_true", help="the smallest configuration of each sweep, one repetition")
     parser.add_argument("--repetitions", type=int, default=7)
     parser.add_argument("--worker", nargs=4, metavar=("FRAMEWORK", "BATCH", "K", "REPETITIONS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -99,19 +106,20 @@ def main(argv=None):
     for framework in ("torch", "jax"):
         for sweep, configs in SWEEPS.items():
             if args.quick:
-                configs = configs[:2]
+                configs = configs[:1]
             rows = [(b, k, _measure(framework, b, k, 1 if args.quick else args.repetitions)) for b, k in configs]
             sizes = [b * k for b, k, _ in rows]
             print(f"\n{framework}, sweep over {sweep}\n")
-            print("| batch | K | elements | ms | ms per 10^6 elements | peak MB |")
-            print("|---|---|---|---|---|---|")
+            print("| batch | K | elements | ms | ms per 10^6 elements | peak MB | bytes per element |")
+            print("|---|---|---|---|---|---|---|")
             for (b, k, m), n in zip(rows, sizes):
-                print(f"| {b} | {k} | {n} | {m['ms']:.2f} | {1e6 * m['ms'] / n:.2f} | {m['mb']:.0f} |")
+                print(f"| {b} | {k} | {n} | {m['ms']:.2f} | {1e6 * m['ms'] / n:.2f} | {m['mb']:.0f} | "
+                      f"{2**20 * m['mb'] / n:.0f} |")
             if len(rows) >= 3:
                 ms = [m["ms"] for _, _, m in rows]
-                mb = [m["mb"] for _, _, m in rows]
-                print(f"\nslope of log time / log memory against log elements, upper two decades: "
-                      f"{_slope(sizes, ms):.2f} / {_slope(sizes, mb):.2f}")
+                big = [(n, m["mb"]) for n, (_, _, m) in zip(sizes, rows) if m["mb"] >= 8]
+                print(f"\nslope of log time against log elements, upper two decades: {_format(_slope(sizes[-3:], ms[-3:]))}; "
+                      f"of log memory, configurations >= 8 MB: {_format(_slope(*zip(*big)) if len(big) >= 2 else None)}")
             results[(framework, sweep)] = rows
     return results
 

@@ -27,8 +27,17 @@ def common_arguments(parser, *, steps, batch_size, lr):
     return parser
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written; defaults shown where an option has one."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser_for(description):
-    return argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
 
 
 def fail(message):

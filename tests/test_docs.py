@@ -44,18 +44,3 @@ def _test_time_clusters(block, namespace):
     log_px, bound = number(namespace["log_px"]), number(namespace["bound"].sum())
     assert bound <= log_px + 1.0 and bound > log_px - 50.0, (log_px, bound)
     return [namespace["clusters"]]
-
-
-def test_stability_benchmark_quick_mode(capsys):
-    from bench import stability
-
-    stability.main(["--quick"])
-    output = capsys.readouterr().out.splitlines()
-    rows = [line for line in output if line.startswith(("| pyro_concrete", "| numpyro_concrete"))]
-    assert len(rows) == 8
-    for row in rows:  # ours: 0.0% non-finite, 0.0% wrong, 0% rejected, 0% bad gradients
-        cells = [c.strip() for c in row.split("|")[3:-1]]
-        assert cells == ["0.0%", "0.0%", "0%", "0%"], row
-    # the motivating failure stays visible: torch's relaxed one-hot at t = 0.01 in float32
-    (anchor,) = [line for line in output if line.startswith("| torch RelaxedOneHotCategorical")]
-    assert float(anchor.split("|")[3].strip().rstrip("%")) > 50, anchor
