@@ -44,10 +44,20 @@ def _per_category(temperature):
     return temperature if temperature.dim() == 0 else temperature.unsqueeze(-1)
 
 
+def log_softmax(scores):
+    """log_softmax along the last axis. torch's CPU kernel is vectorized along that axis only from
+    16 entries on; below, the same algorithm in plain ops is 2-3x faster (forward and backward).
+    The shift by the maximum needs no gradient: the result does not depend on it."""
+    if scores.shape[-1] >= 16 or scores.device.type != "cpu":
+        return torch.log_softmax(scores, dim=-1)
+    shifted = scores - scores.detach().amax(-1, keepdim=True)
+    return shifted - shifted.exp().sum(-1, keepdim=True).log()
+
+
 def exp_concrete_sample(logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
     scores = (logits + gumbel(shape, logits)) / _per_category(temperature)
-    return torch.log_softmax(scores, dim=-1)
+    return log_softmax(scores)
 
 
 def exp_concrete_log_prob_interior(y, logits, temperature):

@@ -14,13 +14,13 @@ from torch.distributions.transforms import Transform
 
 from . import _carry
 from . import constraints as concrete_constraints
-from ._numerics import log, logit
+from ._numerics import log, log_softmax, logit
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
 
 
 def _log_softmax_padded(u):
-    return torch.log_softmax(F.pad(u, (0, 1)), dim=-1)
+    return log_softmax(F.pad(u, (0, 1)))
 
 
 class _VectorTransform(Transform):
