@@ -145,6 +145,10 @@ def table(results_dir):
 
         label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
         print(f"| {backend} | {label} | {stat('test_log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    missing = [name for name in RUNS if name not in results]
+    if missing:
+        print()
+        print(f"Not run yet ({len(missing)} of {len(RUNS)}): " + ", ".join(f"`{name}`" for name in missing))
 
 
 def main(argv=None):
