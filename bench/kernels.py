@@ -26,6 +26,7 @@ import torch.distributions as td
 
 import numpyro_concrete
 import pyro_concrete
+from pyro_concrete._numerics import log_softmax
 from bench.harness import interleaved, machine_line
 
 WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000)}
@@ -36,15 +37,6 @@ T = 0.5
 # ----------------------------------------------------------------------------- torch
 
 
-def _log_softmax(scores):
-    """torch.log_softmax, or for fewer than 16 categories (where torch's CPU kernel is not
-    vectorized and 2-3x slower) the same algorithm in plain ops: the floor is the fastest torch here."""
-    if scores.shape[-1] >= 16:
-        return torch.log_softmax(scores, -1)
-    shifted = scores - scores.detach().amax(-1, keepdim=True)
-    return shifted - shifted.exp().sum(-1, keepdim=True).log()
-
-
 def _torch_floor(name):
     """The same math, written directly: sample in log space, show the sample (x = exp(y) or
     sigmoid(y), as rsample returns it), score it from the log coordinates."""
@@ -52,7 +44,7 @@ def _torch_floor(name):
 
     def n_ary(a):
         g = torch.rand_like(a).clamp_(min=tiny).log_().neg_().log_().neg_()
-        y = _log_softmax((a + g) / T)
+        y = log_softmax((a + g) / T)  # torch.log_softmax, in plain ops below 16 categories
         if name == "Concrete":
             torch.exp(y)  # the sample itself, x = exp(y), as rsample returns it
         k = a.shape[-1]

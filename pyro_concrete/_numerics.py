@@ -46,7 +46,7 @@ def _per_category(temperature):
 
 def log_softmax(scores):
     """log_softmax along the last axis. torch's CPU kernel is vectorized along that axis only from
-    16 entries on; below, the same algorithm in plain ops is 2-3x faster (forward and backward).
+    16 entries on; below, the same algorithm in plain ops is faster (forward and backward).
     The shift by the maximum needs no gradient: the result does not depend on it."""
     if scores.shape[-1] >= 16 or scores.device.type != "cpu":
         return torch.log_softmax(scores, dim=-1)
