@@ -12,7 +12,8 @@ binarization of the batch inside every step. Contestants:
 - torch floor     : the same ELBO written directly in torch (eager, torch.optim.Adam)
 
 Repetitions are interleaved (each contestant runs a block of steps in turn), after warm-up and
-compilation; the table gives the median milliseconds per step over the repetitions and ratios.
+compilation; the table gives the median milliseconds per step over the repetitions and, as ratios, the median over
+the repetitions of each contestant's time over the floor's time in the same repetition.
 
 Run: ``python -m bench.svi`` (``--quick`` for a few short repetitions).
 """
@@ -196,7 +197,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "digits"])
     parser.add_argument("--steps", type=int, default=100, help="steps per contestant per repetition")
-    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 10 steps")
     args = parser.parse_args(argv)
     if args.quick:
@@ -211,7 +212,8 @@ def main(argv=None):
     print(f"# torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__}, jax {jax.__version__} "
           f"({jax.devices()[0].platform}), numpyro {numpyro.__version__}, Python {platform.python_version()}, "
           f"{platform.machine()}, {__import__('os').cpu_count()} CPUs")
-    print(f"# median ms per step over {args.repetitions} interleaved repetitions of {args.steps} steps, after warm-up")
+    print(f"# median ms per step over {args.repetitions} interleaved repetitions of {args.steps} steps, after warm-up; "
+          "ratios: median over the repetitions of the time over the floor's in the same repetition")
     runners = contestants(dataset)
     for run in runners.values():  # warm-up: compilation, caches
         run(3, 0)
@@ -224,11 +226,14 @@ def main(argv=None):
             times[name].append(1000 * (time.perf_counter() - start) / args.steps)
         offset += args.steps
     medians = {name: float(np.median(t)) for name, t in times.items()}
-    jax_ms, torch_ms = medians["jax floor (jit)"], medians["torch floor (eager)"]
+
+    def ratio(name, floor):  # paired: each repetition against the floor's block next to it
+        return float(np.median(np.array(times[name]) / np.array(times[floor])))
+
     print(f"| {'contestant':34} | ms/step | vs jax floor | vs torch floor |")
     print(f"|{'-' * 36}|---------|--------------|----------------|")
     for name, ms in medians.items():
-        print(f"| {name:34} | {ms:7.2f} | {ms / jax_ms:11.2f}x | {ms / torch_ms:13.2f}x |")
+        print(f"| {name:34} | {ms:7.2f} | {ratio(name, 'jax floor (jit)'):11.2f}x | {ratio(name, 'torch floor (eager)'):13.2f}x |")
     return medians
 
 
