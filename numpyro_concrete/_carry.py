@@ -16,6 +16,9 @@ freed; a tracer never outlives its trace. A value with no entry (any new array c
 
 import weakref
 
+import jax.numpy as jnp
+from numpyro.util import not_jax_tracer
+
 _entries = {}
 
 
@@ -49,3 +52,21 @@ def recall(value, kind):
     if entry_kind != kind or ref() is not value:
         return None
     return value if coordinates is None else coordinates
+
+
+def recall_copy(value, kind):
+    """The coordinates of a live sample of the given ``kind`` that ``value`` is a copy of (same
+    shape, dtype and content; ``x * 1.0``, ``jnp.array(x)``), or None. Used by the
+    straight-through distributions, whose discrete values alone do not determine the relaxed
+    sample behind them; only consulted when ``recall`` finds nothing, and only for concrete
+    arrays (a tracer's content is unknown while tracing)."""
+    if not not_jax_tracer(value):
+        return None
+    for ref, coordinates, entry_kind in list(_entries.values()):
+        sample = ref()
+        if entry_kind != kind or sample is None or not not_jax_tracer(sample):
+            continue
+        if jnp.shape(sample) == jnp.shape(value) and sample.dtype == jnp.result_type(value):
+            if bool(jnp.all(sample == value)):
+                return coordinates
+    return None

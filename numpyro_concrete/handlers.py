@@ -20,10 +20,11 @@ from numpyro.primitives import _PYRO_STACK, Messenger
 
 from .discrete import Bernoulli, OneHotCategorical
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .hard_concrete import HardConcrete
 
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
-CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete)
+CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
 MODES = ("sample", "enumerate", "argmax")
 
 
@@ -97,8 +98,8 @@ def _index_distribution(base):
 
         to_value = one_hot if isinstance(base, Concrete) else (lambda index: jnp.log(one_hot(index)))
         return dist.CategoricalLogits(base.logits), to_value
-    if isinstance(base, BinConcrete):
-        return dist.BernoulliLogits(base.logits), lambda index: jnp.asarray(index, dtype)
+    if isinstance(base, (BinConcrete, HardConcrete)):
+        return dist.BernoulliLogits(base.discrete().logits), lambda index: jnp.asarray(index, dtype)
     return dist.BernoulliLogits(base.logits), lambda index: jnp.where(index > 0, jnp.inf, -jnp.inf).astype(dtype)
 
 

@@ -27,12 +27,15 @@ class LogSpaceReparam(Reparam):
 
     def __call__(self, name, fn, obs):
         fn, expand_shape, event_dim = self._unwrap(fn)
-        if isinstance(fn, Concrete):
+        if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
             node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", jnp.exp, _numerics.log
-        elif isinstance(fn, BinConcrete):
+        elif type(fn) is BinConcrete:
             node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", jax.nn.sigmoid, _numerics.logit
         else:
-            raise ValueError(f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete")
+            raise ValueError(
+                f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
+                "(straight-through and Hard Concrete sites are not reparametrized)"
+            )
 
         y = None
         if obs is not None:  # an observed value, in log space
@@ -49,4 +52,4 @@ def log_space_config(msg):
     fn = msg["fn"]
     while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
         fn = fn.base_dist
-    return LogSpaceReparam() if isinstance(fn, (Concrete, BinConcrete)) else None
+    return LogSpaceReparam() if type(fn) in (Concrete, BinConcrete) else None

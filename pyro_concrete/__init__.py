@@ -9,14 +9,20 @@ from .constraints import log_simplex
 from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
+from .hard_concrete import HardConcrete
 from .infer import ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
 from .reparam import LogSpaceReparam, log_space_config
+from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
+from .temperature import constant, exponential_decay, linear_decay
 
 __all__ = [
     "Concrete",
     "ExpConcrete",
     "BinConcrete",
     "LogitBinConcrete",
+    "ConcreteStraightThrough",
+    "BinConcreteStraightThrough",
+    "HardConcrete",
     "OneHotCategorical",
     "ExpOneHotCategorical",
     "Bernoulli",
@@ -30,4 +36,7 @@ __all__ = [
     "discrete_log_likelihood",
     "map_assignment",
     "ImportanceWeightedELBO",
+    "exponential_decay",
+    "linear_decay",
+    "constant",
 ]

@@ -16,6 +16,8 @@ scored from ``log x``, which is exact wherever ``x`` did not underflow.
 
 import weakref
 
+import torch
+
 _entries = {}
 
 
@@ -66,3 +68,27 @@ def recall(value, kind):
     if value.is_leaf:  # the caller differentiates with respect to this value itself
         return None
     return coordinates
+
+
+def recall_copy(value, kind):
+    """The coordinates of a live sample of the given ``kind`` that ``value`` is a copy of (same
+    shape, dtype, device and content; ``clone()``, ``x * 1.0``, ``.contiguous()``), or None.
+    Used by the straight-through distributions, whose discrete values alone do not determine the
+    relaxed sample behind them; only consulted when ``recall`` finds nothing."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    for key, (ref, version, coordinates, coordinates_version, entry_kind) in list(_entries.items()):
+        sample = ref()
+        if (
+            entry_kind != kind
+            or sample is None
+            or sample._version != version
+            or coordinates._version != coordinates_version
+            or key[1] != tuple(value.shape)
+            or key[3] != value.dtype
+            or key[4] != value.device
+        ):
+            continue
+        if bool((sample.detach() == value.detach()).all()):
+            return coordinates if value.requires_grad else coordinates.detach()
+    return None

@@ -23,10 +23,11 @@ from pyro.poutine.trace_messenger import TraceMessenger
 
 from .discrete import Bernoulli
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .hard_concrete import HardConcrete
 
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
-CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete)
+CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
 MODES = ("sample", "enumerate", "argmax")
 
 
@@ -88,8 +89,8 @@ def _index_distribution(base):
 
         to_value = one_hot if isinstance(base, Concrete) else (lambda index: torch.log(one_hot(index)))
         return dist.Categorical(logits=base.logits, validate_args=base._validate_args), to_value
-    if isinstance(base, BinConcrete):
-        return Bernoulli(logits=base.logits, validate_args=base._validate_args), lambda index: index.to(base.logits.dtype)
+    if isinstance(base, (BinConcrete, HardConcrete)):
+        return base.discrete(), lambda index: index.to(base.logits.dtype)
     return Bernoulli(logits=base.logits, validate_args=base._validate_args), (
         lambda index: torch.full_like(index, -float("inf"), dtype=base.logits.dtype).masked_fill(index > 0, float("inf"))
     )

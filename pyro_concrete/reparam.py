@@ -27,12 +27,15 @@ class LogSpaceReparam(Reparam):
     def apply(self, msg):
         name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
         fn, event_dim = self._unwrap(fn)
-        if isinstance(fn, Concrete):
+        if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
             node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", torch.exp, _numerics.log
-        elif isinstance(fn, BinConcrete):
+        elif type(fn) is BinConcrete:
             node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", torch.sigmoid, _numerics.logit
         else:
-            raise ValueError(f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete")
+            raise ValueError(
+                f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
+                "(straight-through and Hard Concrete sites are not reparametrized)"
+            )
 
         y = None
         if value is not None:  # an observed or initial value, in log space
@@ -55,7 +58,7 @@ def log_space_config(msg):
     fn = msg["fn"]
     while isinstance(fn, torch.distributions.Independent):
         fn = fn.base_dist
-    if not isinstance(fn, (Concrete, BinConcrete)):
+    if type(fn) not in (Concrete, BinConcrete):
         return None
     msg["infer"] = {**(msg["infer"] or {}), "is_auxiliary": True}
     return LogSpaceReparam()

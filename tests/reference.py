@@ -185,3 +185,25 @@ def integrate(log_integrand, dim, scale):
     u = np.stack([g.ravel() for g in grids], axis=-1)
     w = np.prod(np.stack([g.ravel() for g in weight_grids], axis=-1), axis=-1)
     return float(np.sum(w * np.exp(log_integrand(u))))
+
+
+# ----------------------------------------------------------------------------- Hard Concrete (Louizos et al. 2018)
+
+
+def hard_concrete_log_prob(z, logits, t, low=-0.1, high=1.1):
+    """log P(Z = 0) at 0, log P(Z = 1) at 1, the log density inside, for Z = clip(low + (high - low) S,
+    0, 1) and S ~ BinConcrete: the stretched BinConcrete cdf at the ends, its density inside."""
+    z, logits, t = np.broadcast_arrays(np.asarray(z, np.float64), logits, t)
+    width = high - low
+    s = np.clip((z - low) / width, 1e-300, 1 - 1e-16)
+    lo, hi = -low / width, (1 - low) / width  # where the stretched variable reaches 0 and 1
+    log_mass_zero = log_expit(t * (np.log(lo) - np.log1p(-lo)) - logits)  # log P(S <= lo), the cdf in log form
+    log_mass_one = log_expit(logits - t * (np.log(hi) - np.log1p(-hi)))  # log P(S >= hi)
+    density = bin_concrete_log_density(np.log(s) - np.log1p(-s), logits, t) - np.log(width)
+    return np.where(z <= 0, log_mass_zero, np.where(z >= 1, log_mass_one, density))
+
+
+def hard_concrete_cdf(z, logits, t, low=-0.1, high=1.1):
+    z = np.asarray(z, np.float64)
+    s = np.clip((z - low) / (high - low), 1e-300, 1 - 1e-16)
+    return np.where(z >= 1, 1.0, bin_concrete_cdf(s, logits, t))

@@ -120,3 +120,25 @@ def test_structural_errors_raise_inside_jit_and_value_checks_mask():
     assert bool(jnp.isnan(out).any())
     off_support = jax.jit(lambda v: nc.BinConcrete(0.5, logits=jnp.zeros(2), validate_args=True).log_prob(v))
     np.testing.assert_array_equal(off_support(jnp.array([0.5, 1.5]))[1], -np.inf)
+
+
+def test_schedules_take_a_traced_step():
+    for schedule in (nc.exponential_decay(1.0, 1e-3, 0.3, every=10), nc.linear_decay(1.0, 0.2, 100), nc.constant(0.4)):
+        steps = jnp.arange(0, 2000, 37)
+        np.testing.assert_allclose(jax.jit(jax.vmap(schedule))(steps), [float(schedule(int(s))) for s in steps], rtol=1e-6)
+
+
+def test_straight_through_log_prob_inside_jit_uses_the_carried_sample():
+    """Inside jit a copy is a new tracer whose content is unknown: only the sample itself (or the
+    site's intermediates) can be scored, and a copy raises instead of returning a wrong number."""
+    d = nc.ConcreteStraightThrough(0.5, logits=jnp.array([0.3, -1.0, 2.0]))
+    relaxed = nc.Concrete(0.5, logits=jnp.array([0.3, -1.0, 2.0]))
+    key = jax.random.PRNGKey(0)
+
+    def score(key):
+        value = d.sample(key, (20,))
+        return d.log_prob(value)
+
+    np.testing.assert_allclose(jax.jit(score)(key), relaxed.log_prob(relaxed.sample(key, (20,))), rtol=1e-5)
+    with pytest.raises(ValueError, match="not a sample"):
+        jax.jit(lambda key: d.log_prob(d.sample(key, (20,)) * 1.0))(key)

@@ -43,3 +43,24 @@ def test_carried_coordinates_follow_views_of_the_sample():
         torch.testing.assert_close(d.log_prob(view), exact, rtol=0, atol=0)
     copy = x.detach().clone()  # a copy is user data: scored from log x, the density's limit
     assert not torch.isfinite(d.log_prob(copy)).all()
+
+
+def test_straight_through_sample_and_rsample_are_both_discrete():
+    """pyro#3127: Pyro's RelaxedBernoulliStraightThrough.sample() returns the soft value. Ours
+    returns the same discrete value from both, for the same seed."""
+    for d in (pc.BinConcreteStraightThrough(0.5, logits=torch.randn(50)), pc.ConcreteStraightThrough(0.5, logits=torch.randn(50, 4))):
+        torch.manual_seed(0)
+        soft = d.rsample()
+        torch.manual_seed(0)
+        hard = d.sample()
+        assert not hard.requires_grad
+        torch.testing.assert_close(hard, soft.detach(), rtol=0, atol=0)
+        assert set(hard.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_a_straight_through_sample_changed_in_place_has_no_relaxed_density():
+    d = pc.BinConcreteStraightThrough(0.5, logits=torch.zeros(3))
+    x = d.rsample()
+    x.detach().fill_(1.0)
+    with pytest.raises(ValueError, match="not a sample"):
+        d.log_prob(x)

@@ -11,8 +11,9 @@ An adapter provides:
 ``name``, ``lib``                   backend name, the package under test
 ``reset()``                         forget parameters (called before every test)
 ``array(x, dtype)``, ``numpy(x)``   NumPy <-> backend arrays ("float32", "float64", "bool")
-``make(name, temperature, logits=, probs=, dtype=, validate_args=)``
+``make(name, temperature, logits=, probs=, dtype=, validate_args=, **kwargs)``
                                     a distribution of the package from NumPy parameters
+``copies(x)``                       copies of a value, as users make them (``clone()``, ``x * 1.0``)
 ``sample(d, sample_shape, seed)``   a (reparameterized where possible) sample
 ``uniforms(d, sample_shape, seed)`` the Uniform(0, 1) noise ``sample`` used for that seed (float64)
 ``score_samples(d, scorers, sample_shape, seed)``

@@ -36,17 +36,21 @@ class Backend:
     def array(self, x, dtype="float64"):
         return jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype])
 
+    def copies(self, x):
+        """Copies of a value that the PPL's users make: new arrays, same content."""
+        return [x * 1.0, jnp.array(x, copy=True), x + 0.0]
+
     def numpy(self, x):
         return np.asarray(x)
 
-    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None):
+    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None, **kwargs):
         def convert(x):
             return None if x is None else self.array(x, dtype)
 
         if not isinstance(temperature, (int, float)):
             temperature = convert(temperature)
         cls = getattr(self.lib, name)
-        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args)
+        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args, **kwargs)
 
     def sample(self, d, sample_shape=(), seed=0):
         return d.sample(jax.random.PRNGKey(seed), tuple(sample_shape))

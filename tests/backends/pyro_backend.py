@@ -27,17 +27,21 @@ class Backend:
     def array(self, x, dtype="float64"):
         return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype])
 
+    def copies(self, x):
+        """Copies of a value that the PPL's users make: new memory, same content."""
+        return [x.clone(), x * 1.0, x.detach().clone().requires_grad_(x.requires_grad) + 0.0]
+
     def numpy(self, x):
         return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
-    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None):
+    def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None, **kwargs):
         def convert(x):
             return None if x is None else self.array(x, dtype)
 
         if not isinstance(temperature, (int, float)):
             temperature = convert(temperature)
         cls = getattr(self.lib, name)
-        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args)
+        return cls(temperature, logits=convert(logits), probs=convert(probs), validate_args=validate_args, **kwargs)
 
     def sample(self, d, sample_shape=(), seed=0):
         torch.manual_seed(seed)

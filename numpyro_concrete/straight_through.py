@@ -1,0 +1,91 @@
+"""Straight-through Concrete estimators (Bengio et al. 2013; Jang et al. 2017, section 2.2).
+
+The value is discrete -- the one-hot argmax (the {0, 1} rounding) of a Concrete (BinConcrete)
+sample -- and its gradient is the relaxed sample's: ``value = hard + (x - stop_gradient(x))``,
+which is ``hard`` exactly. ``log_prob`` is the relaxed density of the sample behind the value (the
+value alone does not determine it): the relaxed coordinates are carried with the value (as the
+site's ``intermediates``, and by identity to the model's replayed site), and with any concrete
+copy of it (``x * 1.0``) while the sample is alive. ``sample`` returns the discrete value. A
+value that is not (a copy of) a sample of a straight-through distribution has no relaxed
+density: ``log_prob`` raises a ValueError saying so.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from . import _carry, _numerics
+from .distributions import BinConcrete, Concrete
+
+__all__ = ["ConcreteStraightThrough", "BinConcreteStraightThrough"]
+
+
+def _straight_through(hard, relaxed):
+    return hard + (relaxed - jax.lax.stop_gradient(relaxed))
+
+
+def _relaxed_coordinates(d, value, kind, intermediates):
+    d._check_value_shape(value)
+    y = intermediates[0] if intermediates else _carry.recall(value, kind)
+    if y is None:
+        y = _carry.recall_copy(value, kind)
+    if y is None:
+        raise ValueError(
+            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a copy "
+            f"of a live one), so there is no relaxed sample behind it to score; score discrete values with "
+            f".discrete().log_prob(value)"
+        )
+    return y
+
+
+class ConcreteStraightThrough(Concrete):
+    r"""Straight-through Concrete: a one-hot value whose gradient is that of a :class:`Concrete`
+    sample ``x`` (eq. 10), ``value = one_hot(argmax x) + x - stop_gradient(x)``.
+
+    ``log_prob(value)`` is the Concrete density (eq. 11) of ``x``, computed from its exact log
+    coordinates. See the module docstring for copies and other values.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    """
+
+    _kind = "straight_through_log"
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        y = self._sample_log(key, sample_shape)
+        hard = jax.nn.one_hot(jnp.argmax(y, -1), y.shape[-1], dtype=y.dtype)
+        return _carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
+
+    def log_prob(self, value, intermediates=None):
+        y = _relaxed_coordinates(self, value, self._kind, intermediates)
+        return _numerics.concrete_log_prob(y, self.logits, self.temperature)
+
+
+class BinConcreteStraightThrough(BinConcrete):
+    r"""Straight-through binary Concrete: a {0, 1} value whose gradient is that of a
+    :class:`BinConcrete` sample ``x`` (eq. 16), ``value = [x > 1/2] + x - stop_gradient(x)``.
+
+    ``log_prob(value)`` is the BinConcrete density (eq. 17) of ``x``, computed from its logit.
+    See the module docstring for copies and other values.
+
+    :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
+    :param logits: log alpha (the log-odds), any shape.
+    :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
+    """
+
+    _kind = "straight_through_logit"
+
+    def sample_with_intermediates(self, key, sample_shape=()):
+        y = self._sample_logit(key, sample_shape)
+        hard = (y > 0).astype(y.dtype)
+        return _carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
+
+    def log_prob(self, value, intermediates=None):
+        y = _relaxed_coordinates(self, value, self._kind, intermediates)
+        return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
+
+    def cdf(self, value):
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the cdf")
+
+    def icdf(self, value):
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the icdf")

@@ -1,0 +1,118 @@
+"""Straight-through Concrete (ConcreteStraightThrough, BinConcreteStraightThrough): values exactly
+discrete, gradients those of the relaxed sample, log_prob the relaxed density of the sample behind
+the value -- also for copies of it -- and SVI recovering a known probability (pyro#2629)."""
+
+import numpy as np
+import pytest
+from scipy.special import expit, softmax
+
+from tests.cases import BINARY_SPECS, N_ARY_SPECS
+from tests.helpers import assert_close
+
+# (straight-through name, the log-space node drawing the same sample, the relaxed distribution)
+PAIRS = {
+    "ConcreteStraightThrough": ("ExpConcrete", "Concrete"),
+    "BinConcreteStraightThrough": ("LogitBinConcrete", "BinConcrete"),
+}
+CASES = [("ConcreteStraightThrough", t, logits) for t, logits in N_ARY_SPECS] + [
+    ("BinConcreteStraightThrough", t, logits) for t, logits in BINARY_SPECS
+]
+
+
+def _id(case):
+    name, t, logits = case
+    return f"{name}-T{t if np.isscalar(t) else 'batch'}-{np.size(logits)}"
+
+
+def _make(backend, name, t, logits, dtype="float64"):
+    t = t if np.isscalar(t) else np.asarray(t, np.float64)
+    return backend.make(name, t, logits=np.asarray(logits, np.float64), dtype=dtype)
+
+
+def _hard(name, y):
+    if name == "ConcreteStraightThrough":
+        return np.eye(y.shape[-1])[np.argmax(y, -1)]
+    return (y > 0).astype(np.float64)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_values_are_exactly_the_hardened_relaxed_sample(backend, case, dtype):
+    name, t, logits = case
+    value = backend.numpy(backend.sample(_make(backend, name, t, logits, dtype), (500,), seed=3))
+    y = backend.numpy(backend.sample(_make(backend, PAIRS[name][0], t, logits, dtype), (500,), seed=3))
+    np.testing.assert_array_equal(value, _hard(name, y))  # exactly 0/1 (and one-hot), no residue
+    assert set(np.unique(value)) <= {0.0, 1.0}
+    if name == "ConcreteStraightThrough":
+        np.testing.assert_array_equal(value.sum(-1), 1.0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_log_prob_is_the_relaxed_density_of_the_sample_and_of_its_copies(backend, case, dtype):
+    name, t, logits = case
+    d, relaxed = _make(backend, name, t, logits, dtype), _make(backend, PAIRS[name][1], t, logits, dtype)
+    value = backend.sample(d, (200,), seed=5)
+    expected = backend.numpy(relaxed.log_prob(backend.sample(relaxed, (200,), seed=5)))
+    assert np.isfinite(expected).all()
+    assert_close(backend.numpy(d.log_prob(value)), expected, dtype)
+    for copy in backend.copies(value):
+        assert_close(backend.numpy(d.log_prob(copy)), expected, dtype)
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_log_prob_of_a_value_that_is_no_sample_raises(backend, name):
+    logits = np.array([0.3, -1.0, 2.0])
+    d = _make(backend, name, 0.5, logits)
+    value = backend.numpy(backend.sample(d, (10,), seed=1))
+    other = np.roll(value, 1, axis=-1) if name == "ConcreteStraightThrough" else 1.0 - value
+    with pytest.raises(ValueError, match="not a sample"):
+        d.log_prob(backend.array(other))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if min(np.ravel(c[1])) >= 0.1], ids=_id)
+def test_gradients_are_those_of_the_relaxed_sample(backend, case):
+    """d/d(logits, t) of E[w . value] + E[log_prob(value)] equals that of the relaxed sample."""
+    name, t, logits = case
+    weights = backend.array(np.random.default_rng(0).normal(size=np.shape(_hard(name, np.asarray(logits, float)))))
+
+    def objective(cls_name, logits, t):
+        d = getattr(backend.lib, cls_name)(t, logits=logits)
+        value = backend.sample(d, (50,), seed=7)
+        return ((weights * value).sum() + d.log_prob(value).sum()) / 50
+
+    args = (np.asarray(logits, np.float64), np.asarray(t, np.float64))
+    _, straight_through = backend.value_and_grad(lambda *a: objective(name, *a), *args)
+    _, relaxed = backend.value_and_grad(lambda *a: objective(PAIRS[name][1], *a), *args)
+    for g_st, g_relaxed in zip(straight_through, relaxed):
+        np.testing.assert_allclose(g_st, g_relaxed, rtol=1e-10, atol=1e-12)
+        assert np.abs(g_st).max() > 1e-4
+
+
+# Same problem and tolerance as tests/test_svi.py: the guide's logits reach the prior's
+PRIOR_LOGITS = np.array([1.0, -0.5, 0.3, -1.0])
+RECOVERY_TOLERANCE = 0.05
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_svi_recovers_a_known_probability(backend, name, jit):
+    event = 1 if name == "BinConcreteStraightThrough" else 0
+
+    def model():
+        backend.site("z", _make(backend, name, 2 / 3, PRIOR_LOGITS).to_event(event))
+
+    def guide():
+        phi = backend.param("phi", np.zeros(4))
+        backend.site("z", getattr(backend.lib, name)(2 / 3, logits=phi).to_event(event))
+
+    losses, params = backend.svi(model, guide, steps=800, lr=0.02, seed=0, num_particles=32, jit=jit)
+    probs = expit if event else softmax
+    assert np.abs(probs(params["phi"]) - probs(PRIOR_LOGITS)).max() < RECOVERY_TOLERANCE
+    assert np.all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_test_time_limit_is_the_discrete_distribution(backend, name):
+    logits = np.array([0.3, -1.0, 2.0])
+    limit = _make(backend, name, 0.5, logits).discrete()
+    expected = softmax(logits) if name == "ConcreteStraightThrough" else expit(logits)
+    np.testing.assert_allclose(backend.numpy(limit.probs), expected, rtol=1e-12)
