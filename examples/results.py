@@ -6,6 +6,8 @@
     python -m examples.results table                # the README tables, from examples/results/
 
 A run that was interrupted is resumed from its checkpoint; a run with a metrics.json is skipped.
+Runs get one torch thread (``OMP_NUM_THREADS=1``): two queues share the 2 cores here, and torch's
+intra-op threads on a busy CPU make these small networks' steps many times slower.
 """
 
 import argparse
@@ -43,6 +45,9 @@ def _runs():
             runs[f"digits-structured-{ppl}-m{m}"] = (f"structured_{ppl}", ["--steps", "10000", "--particles", str(m)])
             runs[f"fmnist-structured-{ppl}-m{m}"] = (
                 f"structured_{ppl}", ["--dataset", "fashion-mnist", "--steps", "50000", "--particles", str(m), "--eval-every", "5000"])
+        # pruning with Hard Concrete gates (issue 7's example): three L0 strengths
+        for l0 in (3, 20, 100):
+            runs[f"digits-l0-{ppl}-lambda{l0}"] = (f"l0_{ppl}", ["--l0", str(l0)])
         # the mixture: relaxed vs exact enumeration, five seeds
         for training in ("relaxed", "enumerate"):
             for seed in range(5):
@@ -80,7 +85,8 @@ def run(only, runs_dir):
         cmd = command(name, runs_dir) + (["--resume"] if os.path.exists(os.path.join(out, "checkpoint.bin")) else [])
         print("$", " ".join(cmd[1:]), flush=True)
         with open(os.path.join(runs_dir, f"{name}.log"), "a") as log:
-            subprocess.run(cmd, cwd=os.path.dirname(HERE), stdout=log, stderr=subprocess.STDOUT, check=False)
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            subprocess.run(cmd, cwd=os.path.dirname(HERE), stdout=log, stderr=subprocess.STDOUT, check=False, env=env)
 
 
 def collect(runs_dir):
@@ -145,6 +151,13 @@ def table(results_dir):
 
         label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
         print(f"| {backend} | {label} | {stat('test_log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    print()
+    print("Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic test-time gates")
+    print("| PPL | lambda (nats per open gate) | open gates (of 100) | expected L0 | test accuracy | training time |")
+    print("|---|---|---|---|---|---|")
+    for name, m in sorted(rows("digits-l0"), key=lambda item: (item[1]["backend"], item[1]["l0"])):
+        print(f"| {m['backend']} | {m['l0']:g} | {m['active_gates']} | {m['expected_l0']:.1f} | {m['test_accuracy']:.3f} | "
+              f"{_minutes(m['train_seconds'])} |")
     missing = [name for name in RUNS if name not in results]
     if missing:
         print()

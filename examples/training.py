@@ -187,3 +187,31 @@ class Clock:
             yield
         finally:
             self._since = time.perf_counter()
+
+
+def plot_accuracy_vs_active(out, curve, active, test_accuracy, hidden):
+    """The L0 examples' accuracy_vs_active_gates.png: test accuracy with the k largest gates kept,
+    against k, and the trained net's own point."""
+    if out is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    ks, accuracies = zip(*curve)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ks, accuracies, lw=1, label="the k largest deterministic gates kept")
+    ax.plot([active], [test_accuracy], "o", color="C3", label=f"trained net: {active} of {hidden} gates open")
+    ax.set_xlabel("active gates (hidden units kept)")
+    ax.set_ylabel("test accuracy")
+    ax.set_xscale("log")
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= hidden]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "accuracy_vs_active_gates.png"), dpi=120)
+    plt.close(fig)

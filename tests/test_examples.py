@@ -115,3 +115,52 @@ def test_missing_data_gives_a_clear_message(ppl, tmp_path, capsys):
         _run(f"dvae_{ppl}", ["--no-progress", "--data-dir", str(tmp_path)])
     message = capsys.readouterr().err
     assert "train-images-idx3-ubyte" in message and "not found" in message and "Traceback" not in message
+
+
+# ----------------------------------------------------------------------------- the L0 example (Hard Concrete gates)
+
+L0_FAST = ["--no-progress", "--steps", "12", "--eval-every", "6", "--checkpoint-every", "6", "--hidden", "16"]
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+@pytest.mark.parametrize("options", [[], ["--gate-inputs"]], ids=["hidden-gates", "input-gates"])
+def test_l0_example_runs_and_writes_its_outputs(ppl, options, tmp_path):
+    metrics = _run(f"l0_{ppl}", L0_FAST + options + ["--out", str(tmp_path)])
+    for name in ["metrics.json", "learning_curve.png", "checkpoint.bin", "accuracy_vs_active_gates.png"]:
+        assert (tmp_path / name).stat().st_size > 0, name
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["example"] == "l0" and written["backend"] == ppl and written["dataset"] == "digits"
+    assert written["steps"] == metrics["steps"] == 12 and written["hidden"] == 16
+    assert 0 <= written["test_accuracy"] <= 1
+    active = written["active_gates"]
+    assert isinstance(active, int) and 0 <= active <= 16
+    assert 0 < written["expected_l0"] <= 16 + (64 if options else 0)
+    curve = written["accuracy_vs_active"]
+    assert [k for k, _ in curve] == list(range(1, 17)) and all(0 <= a <= 1 for _, a in curve)
+    if active:  # keeping the open gates is the trained net itself (up to a rounding flip of one test image)
+        assert abs(curve[active - 1][1] - written["test_accuracy"]) <= 1.5 / 360
+    if options:
+        assert 0 <= written["active_input_gates"] <= 64
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_l0_penalty_closes_the_gates(ppl):
+    """The expected-L0 term alone drives the gates shut: with a large lambda, a few steps prune
+    most units; without it, they stay open."""
+    options = ["--no-progress", "--steps", "40", "--eval-every", "40", "--hidden", "16", "--lr", "0.1"]
+    pruned = _run(f"l0_{ppl}", options + ["--l0", "10000"])
+    kept = _run(f"l0_{ppl}", options + ["--l0", "0"])
+    assert pruned["expected_l0"] < 0.2 * 16 and pruned["active_gates"] < 8
+    assert kept["expected_l0"] > 0.5 * 16 and kept["active_gates"] >= 8
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_l0_resume_gives_the_uninterrupted_parameters(ppl, tmp_path):
+    options = ["--no-progress", "--eval-every", "4", "--checkpoint-every", "4", "--hidden", "16"]
+    full, split = tmp_path / "full", tmp_path / "split"
+    _run(f"l0_{ppl}", options + ["--steps", "12", "--out", str(full)])
+    _run(f"l0_{ppl}", options + ["--steps", "8", "--out", str(split)])
+    metrics = _run(f"l0_{ppl}", options + ["--steps", "12", "--out", str(split), "--resume"])
+    assert metrics["steps"] == 12
+    for a, b in zip(_parameters(ppl, full), _parameters(ppl, split)):
+        np.testing.assert_array_equal(a, b)

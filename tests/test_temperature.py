@@ -43,22 +43,25 @@ def test_bad_schedule_arguments_raise(backend, make, match):
 LEARNABLE = [c for c in CASES if min(np.ravel(c.temperature)) >= 0.1]
 
 
+def _sum_log_prob(lib, name, t, logits, points):
+    return getattr(lib, name)(t, logits=logits).log_prob(points).sum()
+
+
 @pytest.mark.parametrize("case", LEARNABLE, ids=str)
 def test_log_prob_gradient_in_temperature_matches_finite_differences(backend, case):
     """d/dt of sum log_prob(points) -- the gradient a learnable temperature gets."""
-    points = backend.array(case.points(5))
-    h = 1e-6
+    args, static, h = (case.logits_array, case.points(5)), (backend.lib, case.name), 1e-6
 
-    def total(t):
-        return getattr(backend.lib, case.name)(t, logits=backend.array(case.logits_array)).log_prob(points).sum()
+    def value_and_grad(t):
+        return backend.value_and_grad(_sum_log_prob, t, *args, static=static)
 
     t = case.temperature_array
-    _, (grad,) = backend.value_and_grad(total, t)
+    _, (grad, *_) = value_and_grad(t)
     fd = np.zeros(t.shape)
     for index in np.ndindex(*t.shape):
         step = np.zeros(t.shape)
         step[index] = h
-        fd[index] = (backend.value_and_grad(total, t + step)[0] - backend.value_and_grad(total, t - step)[0]) / (2 * h)
+        fd[index] = (value_and_grad(t + step)[0] - value_and_grad(t - step)[0]) / (2 * h)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
 
 
