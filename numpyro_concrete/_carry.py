@@ -55,18 +55,20 @@ def recall(value, kind):
 
 
 def recall_copy(value, kind):
-    """The coordinates of a live sample of the given ``kind`` that ``value`` is a copy of (same
-    shape, dtype and content; ``x * 1.0``, ``jnp.array(x)``), or None. Used by the
-    straight-through distributions, whose discrete values alone do not determine the relaxed
-    sample behind them; only consulted when ``recall`` finds nothing, and only for concrete
-    arrays (a tracer's content is unknown while tracing)."""
+    """The coordinates of the one live sample of the given ``kind`` that ``value`` is a copy of
+    (same shape, dtype and content; ``x * 1.0``, ``jnp.array(x)``), or None when no live sample or
+    more than one has that content (discrete values collide: the copy is then ambiguous). Used by
+    the straight-through distributions, whose discrete values alone do not determine the relaxed
+    sample behind them; only consulted when ``recall`` finds nothing, and only for concrete arrays
+    (a tracer's content is unknown while tracing)."""
     if not not_jax_tracer(value):
         return None
+    found = []
     for ref, coordinates, entry_kind in list(_entries.values()):
         sample = ref()
         if entry_kind != kind or sample is None or not not_jax_tracer(sample):
             continue
         if jnp.shape(sample) == jnp.shape(value) and sample.dtype == jnp.result_type(value):
             if bool(jnp.all(sample == value)):
-                return coordinates
-    return None
+                found.append(coordinates)
+    return found[0] if len(found) == 1 else None

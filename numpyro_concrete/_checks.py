@@ -51,7 +51,7 @@ def _check_values(cls_name, name, x, low_open=None, high_open=None):
 def _check_probs(cls_name, probs, categorical):
     if not not_jax_tracer(probs):
         return
-    tol = simplex_tolerance(probs)
+    tol = simplex_tolerance(probs) if categorical else None  # a binary probs may be 0-dim
     probs = np.asarray(probs)
     if np.isnan(probs).any():
         _fail(cls_name, "probs contains NaN")

@@ -2,7 +2,6 @@
 Regularization", ICLR 2018): a BinConcrete stretched to (low, high) and clipped to [0, 1]."""
 
 import math
-import numbers
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +15,16 @@ __all__ = ["HardConcrete"]
 
 
 def check_stretch(cls_name, low, high):
+    checked = []
     for name, x in (("low", low), ("high", high)):
-        if not isinstance(x, numbers.Real) or isinstance(x, bool) or not math.isfinite(x):
-            raise ValueError(f"{cls_name}: {name} must be a finite number, got {x!r}")
+        try:
+            number = float(x)  # a Python number or a 0-dim array
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(x, bool) or not math.isfinite(number):
+            raise ValueError(f"{cls_name}: {name} must be a finite number (a Python number, not traced), got {x!r}")
+        checked.append(number)
+    low, high = checked
     if not low < 0:
         raise ValueError(f"{cls_name}: low must be < 0 (the stretch puts mass at 0), got {low}")
     if not high > 1:
@@ -42,7 +48,11 @@ class HardConcrete(_BinaryConcrete):
     :math:`\sigma(\log\alpha - \lambda \log(-\gamma/\zeta))` (Louizos et al. eq. 12);
     ``deterministic_gate`` the test-time gate :math:`\min(1, \max(0, \sigma(\log\alpha)(\zeta-\gamma)+\gamma))`;
     ``discrete()`` the Bernoulli(``prob_nonzero``) of the gate being open. Samples are
-    reparameterized (the clip passes no gradient at the ends, as in the paper).
+    reparameterized (the clip passes no gradient at the ends, as in the paper). As the latent of an
+    ELBO (model and guide both Hard Concrete), ``log q - log p`` jumps where a sample crosses 0 or 1
+    (a mass against a density), so the reparameterized gradient of the KL term misses a boundary
+    term and is biased; train gates with the closed-form ``prob_nonzero`` penalty instead, as
+    Louizos et al. do (``examples/l0_*.py``). Off [0, 1] (validation off) ``log_prob`` is -inf.
 
     :param temperature: lambda > 0 (Louizos et al. use 2/3), a number or an array broadcasting with the batch shape.
     :param logits: log alpha, any shape.
@@ -85,6 +95,7 @@ class HardConcrete(_BinaryConcrete):
         density = _numerics.bin_concrete_log_prob(jnp.log(s) - jnp.log1p(-s), self.logits, self.temperature)
         density = density - math.log(self.high - self.low)
         log_prob = jnp.where(value <= 0, self._log_mass_at_zero(), jnp.where(value >= 1, self._log_mass_at_one(), density))
+        log_prob = jnp.where((value < 0) | (value > 1), -jnp.inf, log_prob)
         return self._validated(value, log_prob)
 
     def cdf(self, value):
@@ -92,7 +103,7 @@ class HardConcrete(_BinaryConcrete):
             self._validate_sample(value)
         s = (jnp.clip(value, 0.0, 1.0) - self.low) / (self.high - self.low)
         below_one = jax.nn.sigmoid(self.temperature * (jnp.log(s) - jnp.log1p(-s)) - self.logits)
-        return jnp.where(value >= 1, 1.0, below_one)
+        return jnp.where(value >= 1, 1.0, jnp.where(value < 0, 0.0, below_one))
 
     @property
     def prob_nonzero(self):

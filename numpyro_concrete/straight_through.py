@@ -4,10 +4,11 @@ The value is discrete -- the one-hot argmax (the {0, 1} rounding) of a Concrete 
 sample -- and its gradient is the relaxed sample's: ``value = hard + (x - stop_gradient(x))``,
 which is ``hard`` exactly. ``log_prob`` is the relaxed density of the sample behind the value (the
 value alone does not determine it): the relaxed coordinates are carried with the value (as the
-site's ``intermediates``, and by identity to the model's replayed site), and with any concrete
-copy of it (``x * 1.0``) while the sample is alive. ``sample`` returns the discrete value. A
-value that is not (a copy of) a sample of a straight-through distribution has no relaxed
-density: ``log_prob`` raises a ValueError saying so.
+site's ``intermediates``, and by identity to the model's replayed site), and with a concrete copy
+of it (``x * 1.0``) while the sample is alive and no other live sample has the same discrete
+content (discrete values collide; an ambiguous copy is not guessed). ``sample`` returns the
+discrete value. A value that is neither a sample nor such a copy has no relaxed density:
+``log_prob`` raises a ValueError saying so.
 """
 
 import jax
@@ -30,9 +31,9 @@ def _relaxed_coordinates(d, value, kind, intermediates):
         y = _carry.recall_copy(value, kind)
     if y is None:
         raise ValueError(
-            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a copy "
-            f"of a live one), so there is no relaxed sample behind it to score; score discrete values with "
-            f".discrete().log_prob(value)"
+            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution, nor a copy "
+            f"of exactly one live sample, so there is no relaxed sample behind it to score; score the sample "
+            f"itself, or discrete values with .discrete().log_prob(value)"
         )
     return y
 

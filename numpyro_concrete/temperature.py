@@ -39,7 +39,7 @@ def exponential_decay(initial=1.0, rate=1e-4, floor=0.5, every=1):
     initial, floor = _positive("exponential_decay", "initial", initial), _positive("exponential_decay", "floor", floor)
     if not isinstance(rate, numbers.Real) or not (math.isfinite(rate) and rate >= 0):
         raise ValueError(f"exponential_decay: rate must be a finite number >= 0, got {rate!r}")
-    if not isinstance(every, int) or every < 1:
+    if not isinstance(every, numbers.Integral) or every < 1:
         raise ValueError(f"exponential_decay: every must be an integer >= 1, got {every!r}")
 
     def schedule(step):
@@ -52,7 +52,7 @@ def exponential_decay(initial=1.0, rate=1e-4, floor=0.5, every=1):
 def linear_decay(initial, final, steps):
     """From ``initial`` at step 0 to ``final`` at ``steps``, linearly, then constant."""
     initial, final = _positive("linear_decay", "initial", initial), _positive("linear_decay", "final", final)
-    if not isinstance(steps, int) or steps < 1:
+    if not isinstance(steps, numbers.Integral) or steps < 1:
         raise ValueError(f"linear_decay: steps must be an integer >= 1, got {steps!r}")
 
     def schedule(step):

@@ -71,12 +71,14 @@ def recall(value, kind):
 
 
 def recall_copy(value, kind):
-    """The coordinates of a live sample of the given ``kind`` that ``value`` is a copy of (same
-    shape, dtype, device and content; ``clone()``, ``x * 1.0``, ``.contiguous()``), or None.
-    Used by the straight-through distributions, whose discrete values alone do not determine the
-    relaxed sample behind them; only consulted when ``recall`` finds nothing."""
+    """The coordinates of the one live sample of the given ``kind`` that ``value`` is a copy of
+    (same shape, dtype, device and content; ``clone()``, ``x * 1.0``, ``.contiguous()``), or None
+    when no live sample or more than one has that content (discrete values collide: the copy is
+    then ambiguous). Used by the straight-through distributions, whose discrete values alone do not
+    determine the relaxed sample behind them; only consulted when ``recall`` finds nothing."""
     if not isinstance(value, torch.Tensor):
         return None
+    found = []
     for key, (ref, version, coordinates, coordinates_version, entry_kind) in list(_entries.items()):
         sample = ref()
         if (
@@ -90,5 +92,7 @@ def recall_copy(value, kind):
         ):
             continue
         if bool((sample.detach() == value.detach()).all()):
-            return coordinates if value.requires_grad else coordinates.detach()
-    return None
+            found.append(coordinates)
+    if len(found) != 1:
+        return None
+    return found[0] if value.requires_grad else found[0].detach()

@@ -170,3 +170,12 @@ def test_test_time_modes_use_the_gate_being_open(backend):
     marginal = float(backend.numpy(backend.lib.marginal_log_likelihood(_gated_model(backend, logits, 4), backend.array(data))))
     terms = np.stack([np.log1p(-p_open) + stats.norm.logpdf(data, 0, 1), np.log(p_open) + stats.norm.logpdf(data, 3, 1)])
     assert marginal == pytest.approx(logsumexp(terms, axis=0).sum(), rel=1e-10)
+
+
+def test_values_off_the_support_without_validation(backend):
+    d = backend.make("HardConcrete", 0.5, logits=np.zeros(4), validate_args=False)
+    values = backend.array(np.array([-0.5, 0.0, 1.0, 1.5]))
+    log_prob, cdf = backend.numpy(d.log_prob(values)), backend.numpy(d.cdf(values))
+    assert log_prob[0] == -np.inf and log_prob[3] == -np.inf and np.isfinite(log_prob[1:3]).all()
+    np.testing.assert_array_equal(cdf[[0, 2, 3]], [0.0, 1.0, 1.0])
+    assert 0 < cdf[1] < 1  # the mass at 0

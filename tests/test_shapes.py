@@ -98,3 +98,10 @@ def test_mask(backend, case):
     # the masked distribution scores the sample itself (its carried log coordinates included)
     _, ref_log_prob = _reference_at_noise(backend, d, case.name, case.logits_array, case.temperature_array, (5,), seed=8)
     assert_close(masked_log_prob, np.where(mask, ref_log_prob, 0.0), "float64", rtol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["BinConcrete", "LogitBinConcrete", "HardConcrete"])
+def test_a_scalar_probs_makes_a_scalar_distribution(backend, name):
+    d = backend.make(name, 0.5, probs=np.array(0.3), validate_args=True)
+    assert tuple(d.batch_shape) == ()
+    np.testing.assert_allclose(backend.numpy(d.logits), np.log(0.3 / 0.7), rtol=1e-12)

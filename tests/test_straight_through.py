@@ -116,3 +116,15 @@ def test_test_time_limit_is_the_discrete_distribution(backend, name):
     limit = _make(backend, name, 0.5, logits).discrete()
     expected = softmax(logits) if name == "ConcreteStraightThrough" else expit(logits)
     np.testing.assert_allclose(backend.numpy(limit.probs), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_an_ambiguous_copy_raises_instead_of_guessing(backend, name):
+    """Two live samples with the same discrete value: a copy of either could be of both."""
+    d = _make(backend, name, 0.5, np.zeros(2))  # two categories / two binary variables: values collide
+    samples = [backend.sample(d, (), seed=seed) for seed in range(8)]
+    values = [tuple(np.ravel(backend.numpy(s))) for s in samples]
+    twin = next(i for i, v in enumerate(values) if values.count(v) > 1)
+    assert np.isfinite(backend.numpy(d.log_prob(samples[twin]))).all()  # the sample itself is still scored
+    with pytest.raises(ValueError, match="nor a copy of exactly one live sample"):
+        d.log_prob(backend.copies(samples[twin])[0])

@@ -23,6 +23,7 @@ def test_linear_decay_and_constant(backend):
     for step, expected in ((0, 1.0), (100, 0.8), (400, 0.2), (5000, 0.2)):
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-6)
     assert float(backend.lib.constant(0.7)(123)) == pytest.approx(0.7)
+    assert float(backend.lib.linear_decay(1.0, 0.5, steps=np.int64(10))(5)) == pytest.approx(0.75)  # NumPy integers
 
 
 @pytest.mark.parametrize("make, match", [
