@@ -4,6 +4,7 @@ latent nodes, trained with their Concrete relaxation and evaluated as the discre
     python -m examples.dvae_pyro                                  # (200H~64V), binary, 8x8 digits
     python -m examples.dvae_pyro --arity 4 --particles 5          # 4-ary nodes, objective L_5
     python -m examples.dvae_pyro --estimator reinforce            # discrete sites, score function
+    python -m examples.dvae_pyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
     python -m examples.dvae_pyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
 
 Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
@@ -25,7 +26,7 @@ from pyro.infer import SVI, JitTrace_ELBO, JitTraceGraph_ELBO, Trace_ELBO, Trace
 from pyro.optim import Adam
 
 from examples import data, pyro_training, training
-from pyro_concrete import BinConcrete, Concrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
+from pyro_concrete import VIMCO, BinConcrete, Concrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
 
 # (prior lambda_2, posterior lambda_1) by arity: the paper's appendix D.5
 PAPER_TEMPERATURES = {2: (1 / 2, 2 / 3), 4: (2 / 3, 1.0), 8: (2 / 5, 2 / 3)}
@@ -134,7 +135,10 @@ def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
             loss = ImportanceWeightedELBO(num_particles=particles, plate="data")
     else:
         model, guide = discrete(vae.model), discrete(vae.guide)
-        loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
+        if particles == 1:
+            loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
+        else:  # VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
+            loss = VIMCO(num_particles=particles, plate="data")
     return SVI(model, guide, optim, loss)
 
 
@@ -164,8 +168,6 @@ def parse_args(argv):
     parser.add_argument("--eval-every", type=int, default=2000, help="steps between validation evaluations")
     parser.add_argument("--no-jit", action="store_true", help="use the uncompiled ELBO")
     args = parser.parse_args(argv)
-    if args.estimator == "reinforce" and args.particles > 1:
-        training.fail("--estimator reinforce trains L_1 only (the paper's multi-sample baseline, VIMCO, is not implemented)")
     return args
 
 
@@ -187,7 +189,8 @@ def main(argv=None):
     pyro.clear_param_store()
     torch.manual_seed(args.seed)
     train = torch.as_tensor(dataset.train, device=device)
-    vae = DiscreteVAE(dataset.dim, layers, args.conditioning == "nonlinear", temperatures, train.mean(0), args.estimator == "reinforce").to(device)
+    learned_baseline = args.estimator == "reinforce" and args.particles == 1
+    vae = DiscreteVAE(dataset.dim, layers, args.conditioning == "nonlinear", temperatures, train.mean(0), learned_baseline).to(device)
     optim = Adam({"lr": args.lr})
     svi = make_svi(vae, optim, args.estimator, args.particles, jit=not args.no_jit)
 

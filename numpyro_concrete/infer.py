@@ -137,6 +137,18 @@ def _site_log_prob(site):
     return log_prob if site["scale"] is None else site["scale"] * log_prob
 
 
+def _per_element(log_prob, site, plate, caller):
+    """A site's log_prob summed to a scalar, or to one value per element of ``plate``."""
+    if plate is None:
+        return jnp.sum(log_prob)
+    frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+    if not frames:
+        raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
+    log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
+    keep = jnp.ndim(log_prob) + frames[0].dim
+    return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
+
+
 def _log_weights(model_trace, guide_trace, plate, caller):
     """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
 
@@ -149,17 +161,16 @@ def _log_weights(model_trace, guide_trace, plate, caller):
         for site in _sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
-            log_prob = _site_log_prob(site)
-            if plate is None:
-                total = total + sign * jnp.sum(log_prob)
-                continue
-            frames = [f for f in site["cond_indep_stack"] if f.name == plate]
-            if not frames:
-                raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
-            log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
-            keep = jnp.ndim(log_prob) + frames[0].dim
-            total = total + sign * jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
+            total = total + sign * _per_element(_site_log_prob(site), site, plate, caller)
     return total
+
+
+def _particle_traces(model, guide, particle_key, args, kwargs):
+    """(model trace, guide trace) of one particle."""
+    guide_key, model_key = jax.random.split(particle_key)
+    guide_trace = _trace(guide, guide_key, args, kwargs)
+    replayed = handlers.replay(handlers.seed(model, model_key), trace=guide_trace)
+    return handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace
 
 
 def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller):
@@ -169,10 +180,7 @@ def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate,
         raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
 
     def log_weight(particle_key):
-        guide_key, model_key = jax.random.split(particle_key)
-        guide_trace = _trace(guide, guide_key, args, kwargs)
-        replayed = handlers.replay(handlers.seed(model, model_key), trace=guide_trace)
-        return _log_weights(handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace, plate, caller)
+        return _log_weights(*_particle_traces(model, guide, particle_key, args, kwargs), plate, caller)
 
     log_weights = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
     return logsumexp(log_weights, axis=0) - math.log(num_particles)
@@ -221,3 +229,49 @@ class ImportanceWeightedELBO(ELBO):
         model, guide = _with_params(model, param_map), _with_params(guide, param_map)
         bound = _importance_bound(model, guide, rng_key, args, kwargs, self.num_particles, self.plate, "ImportanceWeightedELBO")
         return {"loss": -jnp.sum(bound), "mutable_state": None}
+
+
+class VIMCO(ELBO):
+    """The importance-weighted bound L_m for guides with discrete sites, with Mnih & Rezende's
+    (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
+    log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
+    particles' log weights (a leave-one-out baseline, no learned one). Reparameterized guide sites
+    get pathwise gradients. The loss value is ``-sum L_m``; one bound per element of ``plate``.
+
+    :param int num_particles: m >= 2.
+    :param str plate: the data plate, or None.
+    """
+
+    can_infer_discrete = True
+
+    def __init__(self, num_particles=2, plate=None):
+        if not (isinstance(num_particles, int) and num_particles >= 2):
+            raise ValueError(
+                f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
+            )
+        super().__init__(num_particles=num_particles)
+        self.plate = plate
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        model, guide = _with_params(model, param_map), _with_params(guide, param_map)
+
+        def particle(particle_key):
+            model_trace, guide_trace = _particle_traces(model, guide, particle_key, args, kwargs)
+            log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
+                _per_element(_site_log_prob(site), site, self.plate, "VIMCO")
+                for site in _sample_sites(guide_trace)
+                if not site["is_observed"] and not site["fn"].has_rsample
+            )
+            return _log_weights(model_trace, guide_trace, self.plate, "VIMCO"), log_q
+
+        m = self.num_particles
+        log_w, log_q = jax.vmap(particle)(jax.random.split(rng_key, m))
+        bound = logsumexp(log_w, axis=0) - math.log(m)
+        w = jax.lax.stop_gradient(log_w)
+        leave_one_out = (w.sum(0, keepdims=True) - w) / (m - 1)  # (m, ...): the others' mean
+        eye = jnp.eye(m, dtype=bool).reshape((m, m) + (1,) * (w.ndim - 1))
+        replaced = jnp.where(eye, leave_one_out[:, None], w[None])  # [i, j]: w_j, w_i replaced
+        learning_signal = jax.lax.stop_gradient(bound) - (logsumexp(replaced, axis=1) - math.log(m))
+        surrogate = bound + (learning_signal * log_q).sum(0)
+        loss = -surrogate.sum() + jax.lax.stop_gradient((surrogate - bound).sum())
+        return {"loss": loss, "mutable_state": None}

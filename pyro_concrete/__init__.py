@@ -10,7 +10,7 @@ from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCat
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .infer import ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
+from .infer import VIMCO, ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay
@@ -36,6 +36,7 @@ __all__ = [
     "discrete_log_likelihood",
     "map_assignment",
     "ImportanceWeightedELBO",
+    "VIMCO",
     "exponential_decay",
     "linear_decay",
     "constant",

@@ -141,6 +141,19 @@ def _proposal(model, guide, args, kwargs):
     return discretized, hidden, _max_plate_nesting(model_trace)
 
 
+def _per_particle(log_prob, site, particle_dim, plate, caller):
+    """A site's log_prob summed to shape (num_particles,) or (num_particles, plate size)."""
+    log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
+    keep = {log_prob.dim() + particle_dim}
+    if plate is not None:
+        frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+        if not frames:
+            raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
+        keep.add(log_prob.dim() + frames[0].dim)
+    dims = [d for d in range(log_prob.dim()) if d not in keep]
+    return log_prob.sum(dims) if dims else log_prob
+
+
 def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
@@ -154,24 +167,13 @@ def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
         for site in _sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
-            log_prob = site["log_prob"]
-            log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
-            keep = {log_prob.dim() + particle_dim}
-            if plate is not None:
-                frames = [f for f in site["cond_indep_stack"] if f.name == plate]
-                if not frames:
-                    raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
-                keep.add(log_prob.dim() + frames[0].dim)
-            dims = [d for d in range(log_prob.dim()) if d not in keep]
-            total = total + sign * (log_prob.sum(dims) if dims else log_prob)
+            total = total + sign * _per_particle(site["log_prob"], site, particle_dim, plate, caller)
     return total
 
 
-def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller):
-    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
-    a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
-    if not (isinstance(num_particles, int) and num_particles >= 1):
-        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+def _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller):
+    """(model trace, guide trace, particle dim) of m particles drawn in parallel in a plate left of
+    the model's plates."""
     particle_dim = -1 - max_plate_nesting
 
     def vectorized(fn):
@@ -183,6 +185,15 @@ def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plat
 
     guide_trace = poutine.trace(vectorized(guide)).get_trace(*args, **kwargs)
     model_trace = poutine.trace(poutine.replay(vectorized(model), trace=guide_trace)).get_trace(*args, **kwargs)
+    return model_trace, guide_trace, particle_dim
+
+
+def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller):
+    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
+    a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+    model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller)
     log_weights = _log_weights(model_trace, guide_trace, particle_dim, plate, caller)
     return torch.logsumexp(log_weights, dim=0) - math.log(num_particles)
 
@@ -252,6 +263,71 @@ class ImportanceWeightedELBO(ELBO):
     def loss(self, model, guide, *args, **kwargs):
         with torch.no_grad():
             return self.differentiable_loss(model, guide, *args, **kwargs).item()
+
+    def loss_and_grads(self, model, guide, *args, **kwargs):
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss.backward()
+        return loss.item()
+
+
+class VIMCO(ELBO):
+    """The importance-weighted bound L_m for guides with discrete sites, with Mnih & Rezende's
+    (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
+    log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
+    particles' log weights (a leave-one-out baseline, no learned one). Reparameterized guide sites
+    get pathwise gradients. The loss value is ``-sum L_m``; one bound per element of ``plate``.
+
+    :param int num_particles: m >= 2.
+    :param str plate: the data plate, or None.
+    """
+
+    def __init__(self, num_particles=2, plate=None):
+        if not (isinstance(num_particles, int) and num_particles >= 2):
+            raise ValueError(
+                f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
+            )
+        super().__init__(num_particles=num_particles, vectorize_particles=True)
+        self.plate = plate
+        self._max_plate_nesting = None
+
+    def _get_trace(self, model, guide, args, kwargs):
+        """One particle's (model trace, guide trace)."""
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        return model_trace, guide_trace
+
+    def _bound_and_surrogate(self, model, guide, args, kwargs):
+        if self._max_plate_nesting is None:
+            with torch.no_grad(), poutine.block():
+                model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+            self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
+        m = self.num_particles
+        model_trace, guide_trace, particle_dim = _vectorized_traces(
+            model, guide, args, kwargs, m, self._max_plate_nesting, "VIMCO"
+        )
+        log_w = _log_weights(model_trace, guide_trace, particle_dim, self.plate, "VIMCO")
+        log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
+            _per_particle(site["log_prob"], site, particle_dim, self.plate, "VIMCO")
+            for site in _sample_sites(guide_trace)
+            if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False)
+        )
+        bound = torch.logsumexp(log_w, 0) - math.log(m)
+        w = log_w.detach()
+        leave_one_out = (w.sum(0, keepdim=True) - w) / (m - 1)  # (m, ...): the others' mean
+        eye = torch.eye(m, dtype=torch.bool).reshape((m, m) + (1,) * (w.dim() - 1))
+        replaced = torch.where(eye, leave_one_out.unsqueeze(1), w.unsqueeze(0))  # [i, j]: w_j, w_i replaced
+        learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
+        return bound, bound + (learning_signal * log_q).sum(0)
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        """-sum L_m in value; its gradient is VIMCO's."""
+        bound, surrogate = self._bound_and_surrogate(model, guide, args, kwargs)
+        return -surrogate.sum() + (surrogate - bound).sum().detach()
+
+    def loss(self, model, guide, *args, **kwargs):
+        with torch.no_grad():
+            bound, _ = self._bound_and_surrogate(model, guide, args, kwargs)
+            return -bound.sum().item()
 
     def loss_and_grads(self, model, guide, *args, **kwargs):
         loss = self.differentiable_loss(model, guide, *args, **kwargs)

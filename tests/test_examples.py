@@ -30,11 +30,12 @@ def _run(module, argv):
         ("dvae", ["--eval-samples", "5"], ["images.png"]),
         ("dvae", ["--eval-samples", "5", "--arity", "4", "--particles", "3", "--layers", "2"], ["images.png"]),
         ("dvae", ["--eval-samples", "5", "--estimator", "reinforce", "--arity", "8"], ["images.png"]),
+        ("dvae", ["--eval-samples", "5", "--estimator", "reinforce", "--particles", "3", "--layers", "2"], ["images.png"]),
         ("structured", ["--eval-samples", "5"], ["completions.png"]),
         ("mixture", [], ["components.png"]),
         ("mixture", ["--training", "enumerate"], ["components.png"]),
     ],
-    ids=["dvae", "dvae-4ary-m3-2layers", "dvae-reinforce-8ary", "structured", "mixture", "mixture-enumerate"],
+    ids=["dvae", "dvae-4ary-m3-2layers", "dvae-reinforce-8ary", "dvae-vimco-m3-2layers", "structured", "mixture", "mixture-enumerate"],
 )
 def test_example_runs_and_writes_its_outputs(ppl, example, options, outputs, tmp_path):
     metrics = _run(f"{example}_{ppl}", FAST + options + ["--out", str(tmp_path)])

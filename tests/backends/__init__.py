@@ -33,6 +33,9 @@ An adapter provides:
 ``svi(model, guide, *args, steps, lr, seed, num_particles, jit, loss)``
                                     run SVI with Adam and ``loss`` (default Trace_ELBO), compiled
                                     by the PPL's tracer if ``jit``: (losses, params)
+``loss_samples(model, guide, *args, loss, seeds)``
+                                    the loss and its parameter gradients at the initial
+                                    parameters, one per seed: (values, {name: gradients})
 ``autoguide(kind, model)``          AutoNormal / AutoDelta / AutoMultivariateNormal
 ``plate``, ``mask``, ``scale``      the PPL's plate and mask / scale handlers (context managers)
 ``normal``, ``exp``, ``sigmoid``    the PPL's Normal distribution and array functions for models

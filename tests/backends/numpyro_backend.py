@@ -110,6 +110,19 @@ class Backend:
             losses.append(loss)
         return np.asarray(losses), {k: np.asarray(v) for k, v in svi.get_params(state).items()}
 
+    def loss_samples(self, model, guide, *args, loss, seeds):
+        """The loss and its gradients with respect to the (unconstrained) parameters, one per seed,
+        at the parameters' initial values: (values (S,), {name: (S, ...)}), the seeds in one vmap."""
+        svi = SVI(model, guide, numpyro.optim.Adam(0.0), loss)
+        params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
+
+        def value_and_grad(key):
+            return jax.value_and_grad(lambda p: loss.loss(key, p, model, guide, *args))(params)
+
+        keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds)))
+        values, grads = jax.jit(jax.vmap(value_and_grad))(keys)
+        return np.asarray(values), {name: np.asarray(g) for name, g in grads.items()}
+
     def autoguide(self, kind, model):
         return getattr(autoguides, kind)(model)
 
