@@ -231,7 +231,7 @@ class ImportanceWeightedELBO(ELBO):
         return {"loss": -jnp.sum(bound), "mutable_state": None}
 
 
-class VIMCO(ELBO):
+class VIMCO(ImportanceWeightedELBO):
     """The importance-weighted bound L_m for guides with discrete sites, with Mnih & Rezende's
     (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
     log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
@@ -249,8 +249,7 @@ class VIMCO(ELBO):
             raise ValueError(
                 f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
             )
-        super().__init__(num_particles=num_particles)
-        self.plate = plate
+        super().__init__(num_particles=num_particles, plate=plate)
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
         model, guide = _with_params(model, param_map), _with_params(guide, param_map)

@@ -244,13 +244,16 @@ class ImportanceWeightedELBO(ELBO):
     def _setup(self, model, guide, args, kwargs):
         with torch.no_grad(), poutine.block():
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+        self._check_guide(guide_trace)
+        self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
+
+    def _check_guide(self, guide_trace):
         for site in _sample_sites(guide_trace):
             if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False):
                 raise ValueError(
                     f"ImportanceWeightedELBO: guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
-                    "is not reparameterized; relax it (Concrete family) or use a score-function ELBO"
+                    "is not reparameterized; relax it (Concrete family) or use VIMCO, a score-function estimator"
                 )
-        self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
         if self._max_plate_nesting is None:
@@ -270,7 +273,7 @@ class ImportanceWeightedELBO(ELBO):
         return loss.item()
 
 
-class VIMCO(ELBO):
+class VIMCO(ImportanceWeightedELBO):
     """The importance-weighted bound L_m for guides with discrete sites, with Mnih & Rezende's
     (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
     log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
@@ -286,21 +289,15 @@ class VIMCO(ELBO):
             raise ValueError(
                 f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
             )
-        super().__init__(num_particles=num_particles, vectorize_particles=True)
-        self.plate = plate
-        self._max_plate_nesting = None
+        super().__init__(num_particles=num_particles, plate=plate)
 
-    def _get_trace(self, model, guide, args, kwargs):
-        """One particle's (model trace, guide trace)."""
-        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-        return model_trace, guide_trace
+    def _check_guide(self, guide_trace):
+        pass  # any guide: discrete sites get the score-function gradient
 
-    def _bound_and_surrogate(self, model, guide, args, kwargs):
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        """-sum L_m in value; its gradient is VIMCO's."""
         if self._max_plate_nesting is None:
-            with torch.no_grad(), poutine.block():
-                model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
-            self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
+            self._setup(model, guide, args, kwargs)
         m = self.num_particles
         model_trace, guide_trace, particle_dim = _vectorized_traces(
             model, guide, args, kwargs, m, self._max_plate_nesting, "VIMCO"
@@ -317,19 +314,5 @@ class VIMCO(ELBO):
         eye = torch.eye(m, dtype=torch.bool).reshape((m, m) + (1,) * (w.dim() - 1))
         replaced = torch.where(eye, leave_one_out.unsqueeze(1), w.unsqueeze(0))  # [i, j]: w_j, w_i replaced
         learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
-        return bound, bound + (learning_signal * log_q).sum(0)
-
-    def differentiable_loss(self, model, guide, *args, **kwargs):
-        """-sum L_m in value; its gradient is VIMCO's."""
-        bound, surrogate = self._bound_and_surrogate(model, guide, args, kwargs)
+        surrogate = bound + (learning_signal * log_q).sum(0)
         return -surrogate.sum() + (surrogate - bound).sum().detach()
-
-    def loss(self, model, guide, *args, **kwargs):
-        with torch.no_grad():
-            bound, _ = self._bound_and_surrogate(model, guide, args, kwargs)
-            return -bound.sum().item()
-
-    def loss_and_grads(self, model, guide, *args, **kwargs):
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        loss.backward()
-        return loss.item()
