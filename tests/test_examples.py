@@ -63,12 +63,16 @@ def _parameters(ppl, out):
 
 
 @pytest.mark.parametrize("ppl", PPLS)
-def test_resume_gives_the_uninterrupted_parameters(ppl, tmp_path):
-    options = ["--no-progress", "--eval-every", "8", "--eval-samples", "3", "--checkpoint-every", "8"]
+@pytest.mark.parametrize("example, options", [
+    ("dvae", ["--eval-samples", "3"]),
+    ("l0", ["--hidden", "16"]),
+])
+def test_resume_gives_the_uninterrupted_parameters(ppl, example, options, tmp_path):
+    options = ["--no-progress", "--eval-every", "8", "--checkpoint-every", "8"] + options
     full, split = tmp_path / "full", tmp_path / "split"
-    _run(f"dvae_{ppl}", options + ["--steps", "24", "--out", str(full)])
-    _run(f"dvae_{ppl}", options + ["--steps", "16", "--out", str(split)])
-    metrics = _run(f"dvae_{ppl}", options + ["--steps", "24", "--out", str(split), "--resume"])
+    _run(f"{example}_{ppl}", options + ["--steps", "24", "--out", str(full)])
+    _run(f"{example}_{ppl}", options + ["--steps", "16", "--out", str(split)])
+    metrics = _run(f"{example}_{ppl}", options + ["--steps", "24", "--out", str(split), "--resume"])
     assert metrics["steps"] == 24
     for a, b in zip(_parameters(ppl, full), _parameters(ppl, split)):
         np.testing.assert_array_equal(a, b)
@@ -153,15 +157,3 @@ def test_l0_penalty_closes_the_gates(ppl):
     kept = _run(f"l0_{ppl}", options + ["--l0", "0"])
     assert pruned["expected_l0"] < 0.2 * 16 and pruned["active_gates"] < 8
     assert kept["expected_l0"] > 0.5 * 16 and kept["active_gates"] >= 8
-
-
-@pytest.mark.parametrize("ppl", PPLS)
-def test_l0_resume_gives_the_uninterrupted_parameters(ppl, tmp_path):
-    options = ["--no-progress", "--eval-every", "4", "--checkpoint-every", "4", "--hidden", "16"]
-    full, split = tmp_path / "full", tmp_path / "split"
-    _run(f"l0_{ppl}", options + ["--steps", "12", "--out", str(full)])
-    _run(f"l0_{ppl}", options + ["--steps", "8", "--out", str(split)])
-    metrics = _run(f"l0_{ppl}", options + ["--steps", "12", "--out", str(split), "--resume"])
-    assert metrics["steps"] == 12
-    for a, b in zip(_parameters(ppl, full), _parameters(ppl, split)):
-        np.testing.assert_array_equal(a, b)
