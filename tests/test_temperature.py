@@ -81,8 +81,8 @@ def test_hard_concrete_log_prob_gradient_in_temperature(backend):
 
 def test_svi_learns_a_temperature(backend):
     """Model z ~ BinConcrete(1/2, a); guide z ~ BinConcrete(exp(log_t), phi) with the temperature a
-    parameter from 1: the KL is 0 only at t = 1/2 and phi = a. Over six seeds the learned t was
-    within 0.03 of 1/2; it starts 0.5 away."""
+    parameter from 1: the KL is 0 only at t = 1/2 and phi = a. The tolerance, 0.08, is about three
+    times the largest error seen over seeds 0-5 in both backends; t starts 0.5 away."""
     prior_logits = np.array([1.0, -0.5, 0.3, -1.0])
 
     def model():
