@@ -47,22 +47,8 @@ from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI  # noqa: E402
 
 from examples import numpyro_training  # noqa: E402
+from examples.dvae_numpyro import network  # noqa: E402  (the discrete VAE's networks)
 from numpyro_concrete import BinConcrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config  # noqa: E402
-
-
-def network(name, x, outputs, nonlinear, output_bias=None):
-    """Linear ('-'), or two tanh layers of the size of ``x`` ('~'); Glorot initialization, zero
-    biases (``output_bias`` initializes the last one)."""
-    inputs = x.shape[-1]
-    sizes = [inputs, inputs, inputs, outputs] if nonlinear else [inputs, outputs]
-    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
-        w = numpyro.param(f"{name}.w{i}", lambda key, shape=(n_in, n_out): jax.nn.initializers.glorot_uniform()(key, shape))
-        last = i == len(sizes) - 2
-        b = numpyro.param(f"{name}.b{i}", jnp.zeros(n_out) if not last or output_bias is None else output_bias)
-        x = x @ w + b
-        if not last:
-            x = jnp.tanh(x)
-    return x
 
 
 class HalfPredictor:

@@ -21,19 +21,8 @@ from pyro.infer import SVI
 from pyro.optim import Adam
 
 from examples import data, pyro_training, training
+from examples.dvae_pyro import network  # the discrete VAE's networks
 from pyro_concrete import BinConcrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
-
-
-def network(inputs, outputs, nonlinear):
-    """Linear ('-'), or two tanh layers of ``inputs`` units ('~'); Glorot initialization, zero biases."""
-    layers = [nn.Linear(inputs, outputs)] if not nonlinear else [
-        nn.Linear(inputs, inputs), nn.Tanh(), nn.Linear(inputs, inputs), nn.Tanh(), nn.Linear(inputs, outputs)
-    ]
-    for layer in layers:
-        if isinstance(layer, nn.Linear):
-            nn.init.xavier_uniform_(layer.weight)
-            nn.init.zeros_(layer.bias)
-    return nn.Sequential(*layers)
 
 
 class HalfPredictor(nn.Module):
