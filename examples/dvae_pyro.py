@@ -26,7 +26,17 @@ from pyro.infer import SVI, JitTrace_ELBO, JitTraceGraph_ELBO, Trace_ELBO, Trace
 from pyro.optim import Adam
 
 from examples import data, pyro_training, training
-from pyro_concrete import VIMCO, BinConcrete, Concrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
+from pyro_concrete import (
+    VIMCO,
+    BinConcrete,
+    Concrete,
+    ImportanceWeightedELBO,
+    JitImportanceWeightedELBO,
+    JitVIMCO,
+    discrete,
+    discrete_log_likelihood,
+    log_space_config,
+)
 
 # (prior lambda_2, posterior lambda_1) by arity: the paper's appendix D.5
 PAPER_TEMPERATURES = {2: (1 / 2, 2 / 3), 4: (2 / 3, 1.0), 8: (2 / 5, 2 / 3)}
@@ -132,13 +142,14 @@ def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
         if particles == 1:
             loss = JitTrace_ELBO(ignore_jit_warnings=True) if jit else Trace_ELBO()
         else:
-            loss = ImportanceWeightedELBO(num_particles=particles, plate="data")
+            loss = (JitImportanceWeightedELBO(particles, "data", ignore_jit_warnings=True) if jit
+                    else ImportanceWeightedELBO(particles, "data"))
     else:
         model, guide = discrete(vae.model), discrete(vae.guide)
         if particles == 1:
             loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
         else:  # VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
-            loss = VIMCO(num_particles=particles, plate="data")
+            loss = JitVIMCO(particles, "data", ignore_jit_warnings=True) if jit else VIMCO(particles, "data")
     return SVI(model, guide, optim, loss)
 
 

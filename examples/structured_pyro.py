@@ -22,7 +22,14 @@ from pyro.optim import Adam
 
 from examples import data, pyro_training, training
 from examples.dvae_pyro import network  # the discrete VAE's networks
-from pyro_concrete import BinConcrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config
+from pyro_concrete import (
+    BinConcrete,
+    ImportanceWeightedELBO,
+    JitImportanceWeightedELBO,
+    discrete,
+    discrete_log_likelihood,
+    log_space_config,
+)
 
 
 class HalfPredictor(nn.Module):
@@ -75,6 +82,7 @@ def main(argv=None):
     parser.add_argument("--particles", type=int, default=1, help="m of the training objective L_m^SP")
     parser.add_argument("--eval-samples", type=int, default=100, help="m of the test metric L_m^SP")
     parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--no-jit", action="store_true", help="use the uncompiled objective")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
@@ -89,7 +97,11 @@ def main(argv=None):
     predictor = HalfPredictor(half, args.latent_units, args.conditioning == "nonlinear", args.temperature, train[:, half:].mean(0)).to(device)
     model = poutine.reparam(predictor.model, config=log_space_config)
     optim = Adam({"lr": args.lr})
-    svi = SVI(model, predictor.guide, optim, ImportanceWeightedELBO(num_particles=args.particles, plate="data"))
+    if args.no_jit:
+        objective = ImportanceWeightedELBO(args.particles, "data")
+    else:
+        objective = JitImportanceWeightedELBO(args.particles, "data", ignore_jit_warnings=True)
+    svi = SVI(model, predictor.guide, optim, objective)
 
     def make_batch(step):
         x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]

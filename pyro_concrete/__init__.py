@@ -10,7 +10,15 @@ from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCat
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .infer import VIMCO, ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
+from .infer import (
+    VIMCO,
+    ImportanceWeightedELBO,
+    JitImportanceWeightedELBO,
+    JitVIMCO,
+    discrete_log_likelihood,
+    map_assignment,
+    marginal_log_likelihood,
+)
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay
@@ -37,6 +45,8 @@ __all__ = [
     "map_assignment",
     "ImportanceWeightedELBO",
     "VIMCO",
+    "JitImportanceWeightedELBO",
+    "JitVIMCO",
     "exponential_decay",
     "linear_decay",
     "constant",

@@ -6,6 +6,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 
 import math
 import warnings
+import weakref
 
 import pyro
 import torch
@@ -14,7 +15,15 @@ from pyro.infer import ELBO, TraceEnum_ELBO, config_enumerate, infer_discrete
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
-__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
+__all__ = [
+    "marginal_log_likelihood",
+    "map_assignment",
+    "discrete_log_likelihood",
+    "ImportanceWeightedELBO",
+    "VIMCO",
+    "JitImportanceWeightedELBO",
+    "JitVIMCO",
+]
 
 
 def _with_params(fn, params):
@@ -316,3 +325,59 @@ class VIMCO(ImportanceWeightedELBO):
         learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
         surrogate = bound + (learning_signal * log_q).sum(0)
         return -surrogate.sum() + (surrogate - bound).sum().detach()
+
+
+class _Compiled:
+    """``differentiable_loss`` compiled with ``pyro.ops.jit.trace``, as Pyro's ``JitTrace_ELBO``
+    compiles its loss; the same restrictions: static model structure, tensors passed in ``*args``
+    (a temperature that changes between steps too), non-tensors in ``**kwargs`` (one compilation
+    per distinct value), and a fixed batch shape per compilation."""
+
+    def __init__(self, num_particles=2, plate=None, ignore_jit_warnings=False, jit_options=None):
+        super().__init__(num_particles=num_particles, plate=plate)
+        self.ignore_jit_warnings, self.jit_options = ignore_jit_warnings, jit_options
+        self._compiled = None
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        if self._max_plate_nesting is None:
+            self._setup(model, guide, args, kwargs)
+        kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"] = id(model), id(guide)
+        if self._compiled is None:
+            weakself = weakref.ref(self)  # no cycle through the compiled closure
+
+            @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
+            def loss(*args, **kwargs):
+                kwargs.pop("_pyro_model_id"), kwargs.pop("_pyro_guide_id")
+                return super(_Compiled, weakself()).differentiable_loss(model, guide, *args, **kwargs)
+
+            self._compiled = loss
+        return self._compiled(*args, **kwargs)
+
+    def loss(self, model, guide, *args, **kwargs):
+        return self.differentiable_loss(model, guide, *args, **kwargs).detach().item()
+
+
+class JitImportanceWeightedELBO(_Compiled, ImportanceWeightedELBO):
+    """:class:`ImportanceWeightedELBO` with its loss compiled by ``torch.jit.trace`` (Pyro's
+    ``JitTrace_ELBO`` idiom; NumPyro's SVI compiles every loss, so ``numpyro_concrete`` has no
+    counterpart). Same restrictions as ``JitTrace_ELBO``: static structure, tensors in ``*args``.
+
+    :param int num_particles: m.
+    :param str plate: the data plate, or None.
+    :param bool ignore_jit_warnings: passed to ``pyro.ops.jit.trace``.
+    :param dict jit_options: passed to ``torch.jit.trace``.
+    """
+
+    def __init__(self, num_particles=1, plate=None, ignore_jit_warnings=False, jit_options=None):
+        super().__init__(num_particles, plate, ignore_jit_warnings, jit_options)
+
+
+class JitVIMCO(_Compiled, VIMCO):
+    """:class:`VIMCO` with its loss compiled by ``torch.jit.trace`` (see
+    :class:`JitImportanceWeightedELBO`).
+
+    :param int num_particles: m >= 2.
+    :param str plate: the data plate, or None.
+    :param bool ignore_jit_warnings: passed to ``pyro.ops.jit.trace``.
+    :param dict jit_options: passed to ``torch.jit.trace``.
+    """
