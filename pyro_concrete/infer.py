@@ -347,7 +347,7 @@ class _Compiled:
 
             @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
             def loss(*args, **kwargs):
-                kwargs.pop("_pyro_model_id"), kwargs.pop("_pyro_guide_id")
+                del kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"]
                 return super(_Compiled, weakself()).differentiable_loss(model, guide, *args, **kwargs)
 
             self._compiled = loss
