@@ -70,7 +70,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     initial = train[torch.as_tensor(np.random.default_rng(args.seed).choice(len(train), args.components, replace=False))]
     mixture = BernoulliMixture(initial, (args.prior_temperature, args.posterior_temperature)).to(device)
-    optim = Adam({"lr": args.lr})
+    optim = Adam({"lr": args.lr, "fused": True})  # one kernel per update, not six (bench.svi)
     if args.training == "relaxed":
         svi = SVI(mixture.model, mixture.guide, optim, Trace_ELBO())
     else:

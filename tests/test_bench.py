@@ -52,7 +52,7 @@ def test_svi_quick_times_the_examples_and_the_floors(capsys):
     medians = svi.main(["--quick", "--dataset", "digits"])
     assert "digits" in capsys.readouterr().out
     assert set(medians) == {"numpyro example (jit)", "jax floor (jit)", "pyro example (JitTrace_ELBO)",
-                            "pyro example (Trace_ELBO)", "torch floor (eager)"}
+                            "pyro example (Trace_ELBO)", "torch floor (eager)", "torch floor (eager, fused Adam)"}
     assert all(_positive(ms) for ms in medians.values())
 
 
@@ -69,3 +69,18 @@ def test_stability_quick_ours_exact_and_torch_failure_visible(capsys):
     # the motivating failure stays visible: torch's relaxed one-hot at t = 0.01 in float32
     (anchor,) = [line for line in output if line.startswith("| torch RelaxedOneHotCategorical")]
     assert float(anchor.split("|")[3].strip().rstrip("%")) > 50, anchor
+
+
+def test_gemm_quick_times_every_product_of_a_step(capsys):
+    """Every product of one SVI step was timed for the three contestants (after the script checked
+    their results agree), and the step's total is the count-weighted sum of the rows."""
+    from bench import gemm
+
+    results = gemm.main(["--quick"])
+    capsys.readouterr()
+    counts = gemm.products()
+    assert sum(counts.values()) == 3 * len(gemm.LAYERS) - 1  # forward, two gradients, no data gradient
+    for name in gemm.CONTESTANTS:
+        assert all(_positive(results[shapes][0][name]) for shapes in counts)
+        total = sum(count * results[shapes][0][name] for shapes, count in counts.items())
+        assert results["step"][name] == pytest.approx(total)
