@@ -16,14 +16,14 @@ Run: ``python -m bench.gemm`` (``--quick`` for a few short repetitions).
 
 import argparse
 import collections
-import platform
-import time
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+
+from bench import harness
 
 with warnings.catch_warnings():  # its classes use torch.jit.script_method, deprecated
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -73,8 +73,7 @@ def main(argv=None):
     if args.quick:
         args.calls, args.repetitions = 10, 3
     print("# bench.gemm -- float32 a @ b, the products of one SVI step of the (200H~784V) discrete VAE, batch 64")
-    print(f"# torch {torch.__version__} ({torch.get_num_threads()} threads), jax {jax.__version__} "
-          f"({jax.devices()[0].platform}), {platform.machine()}, {__import__('os').cpu_count()} CPUs")
+    print(harness.machine_line())
     print(f"# median microseconds per product over {args.repetitions} interleaved repetitions of {args.calls}; "
           "ratio: median of (contestant / jax) within a repetition")
     print("| a @ b | per step | " + " | ".join(f"{name} us" for name in CONTESTANTS) + " | MKL vs jax | oneDNN vs jax |")
@@ -86,18 +85,11 @@ def main(argv=None):
             reference = runs["jax (XLA)"][1]()
             for name, (_, result) in runs.items():
                 np.testing.assert_allclose(result(), reference, rtol=1e-3, atol=1e-3, err_msg=name)
-            times = {name: [] for name in runs}
-            for call, _ in runs.values():  # warm-up
-                for _ in range(3):
-                    call()
-            for _ in range(args.repetitions):
-                for name, (call, _) in runs.items():
-                    start = time.perf_counter()
-                    for _ in range(args.calls):
-                        call()
-                    times[name].append((time.perf_counter() - start) / args.calls * 1e6)
+            calls = {name: args.calls for name in runs}
+            times = harness.interleaved_times({name: call for name, (call, _) in runs.items()}, args.repetitions, calls, warmup=3)
+            times = {name: 1000 * np.array(t) for name, t in times.items()}  # microseconds
             medians = {name: float(np.median(t)) for name, t in times.items()}
-            ratios = {name: float(np.median(np.array(t) / np.array(times["jax (XLA)"]))) for name, t in times.items()}
+            ratios = {name: float(np.median(t / times["jax (XLA)"])) for name, t in times.items()}
             results[a_shape, b_shape] = medians, ratios
             for name in CONTESTANTS:
                 totals[name] += count * medians[name]

@@ -25,6 +25,22 @@ def calls_per_block(fn, seconds):
     return max(1, int(seconds / once))
 
 
+def interleaved_times(contestants, repetitions, calls, warmup=2):
+    """Milliseconds per call of each ``contestants[name]()`` in every repetition (a list per name, in
+    repetition order, for paired ratios): blocks of ``calls[name]`` calls, interleaved, after warm-up."""
+    for fn in contestants.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in contestants}
+    for _ in range(repetitions):
+        for name, fn in contestants.items():
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            times[name].append(1000 * (time.perf_counter() - start) / calls[name])
+    return times
+
+
 def interleaved(contestants, repetitions=7, seconds=0.2, warmup=2):
     """Median milliseconds per call of each ``contestants[name]()`` (a callable that blocks until its
     result is ready), repetitions interleaved so that machine noise hits them all alike."""
@@ -32,11 +48,5 @@ def interleaved(contestants, repetitions=7, seconds=0.2, warmup=2):
         for _ in range(warmup):
             fn()
     counts = {name: calls_per_block(fn, seconds) for name, fn in contestants.items()}
-    times = {name: [] for name in contestants}
-    for _ in range(repetitions):
-        for name, fn in contestants.items():
-            start = time.perf_counter()
-            for _ in range(counts[name]):
-                fn()
-            times[name].append(1000 * (time.perf_counter() - start) / counts[name])
+    times = interleaved_times(contestants, repetitions, counts, warmup=0)
     return {name: float(np.median(t)) for name, t in times.items()}
