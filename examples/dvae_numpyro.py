@@ -29,16 +29,16 @@ def parse_args(argv):
     parser.add_argument("--data-dir", default=None, help="a directory of MNIST-format IDX files instead")
     parser.add_argument("--binarize", default="dynamic", choices=["dynamic", "threshold"])
     parser.add_argument("--arity", type=int, default=2, choices=[2, 4, 8])
-    parser.add_argument("--latent-units", type=int, default=None, help="H per layer (default 200, 240 for 8-ary)")
+    parser.add_argument("--latent-units", type=training.positive_int, default=None, help="H per layer (default 200, 240 for 8-ary)")
     parser.add_argument("--layers", type=int, default=1, choices=[1, 2], help="stochastic layers")
     parser.add_argument("--conditioning", default="nonlinear", choices=["nonlinear", "linear"])
     parser.add_argument("--estimator", default="concrete", choices=["concrete", "reinforce"])
-    parser.add_argument("--particles", type=int, default=1, help="m of the training objective L_m")
-    parser.add_argument("--prior-temperature", type=float, default=None, help="lambda_2 (default: the paper's)")
-    parser.add_argument("--posterior-temperature", type=float, default=None, help="lambda_1 (default: the paper's)")
-    parser.add_argument("--eval-samples", type=int, default=1000, help="m of the test NLL (the paper used 50000)")
-    parser.add_argument("--eval-every", type=int, default=2000, help="steps between validation evaluations")
-    args = parser.parse_args(argv)
+    parser.add_argument("--particles", type=training.positive_int, default=1, help="m of the training objective L_m")
+    parser.add_argument("--prior-temperature", type=training.positive_float, default=None, help="lambda_2 (default: the paper's)")
+    parser.add_argument("--posterior-temperature", type=training.positive_float, default=None, help="lambda_1 (default: the paper's)")
+    parser.add_argument("--eval-samples", type=training.positive_int, default=1000, help="m of the test NLL (the paper used 50000)")
+    parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
+    args = training.parse(parser, argv, numpyro_training.read_checkpoint)
     return args
 
 

@@ -2,9 +2,9 @@
 "Learning Sparse Neural Networks through L0 Regularization", 2018) in NumPyro: an MLP classifier of
 the 8x8 digits with one gate per hidden unit, trained by SVI with the expected-L0 objective.
 
-    python -m examples.l0_numpyro                        # 64-100-10, lambda = 20 nats per open gate
-    python -m examples.l0_numpyro --l0 60 --out runs/l0  # sparser; metrics.json and the plots in runs/l0
-    python -m examples.l0_numpyro --gate-inputs          # also a gate on each of the 64 pixels
+    python -m examples.l0_numpyro                           # 64-100-10, lambda = 20 nats per open gate
+    python -m examples.l0_numpyro --l0 60 --out runs/l0-60  # sparser; metrics.json and the plots in runs/l0-60
+    python -m examples.l0_numpyro --gate-inputs             # also a gate on each of the 64 pixels
 
 Model: gates_j ~ HardConcrete(2/3, logits 0) on [0, 1], one per hidden unit (a point mass at 0 prunes
 the unit), y_n ~ Categorical(W2 (gates * relu(W1 x_n + b1)) + b2), the weights point estimates.
@@ -20,17 +20,17 @@ import os
 
 import numpy as np
 
-from examples import data, training
+from examples import data, numpyro_training, training
 
 
 def parse_args(argv):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=128, lr=1e-2)
-    parser.add_argument("--hidden", type=int, default=100, help="hidden units, one gate each")
+    parser.add_argument("--hidden", type=training.positive_int, default=100, help="hidden units, one gate each")
     parser.add_argument("--l0", type=float, default=20.0, help="lambda: nats of training log-likelihood per open gate")
-    parser.add_argument("--temperature", type=float, default=2 / 3, help="of the Hard Concrete gates")
+    parser.add_argument("--temperature", type=training.positive_float, default=2 / 3, help="of the Hard Concrete gates")
     parser.add_argument("--gate-inputs", action="store_true", help="also gate the input pixels")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between validation evaluations (default: steps / 10)")
-    return parser.parse_args(argv)
+    parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between validation evaluations (default: steps / 10)")
+    return training.parse(parser, argv, numpyro_training.read_checkpoint)
 
 
 # Parsed first: --device must reach JAX before it initializes a backend.
@@ -47,7 +47,6 @@ from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI  # noqa: E402
 from numpyro.infer.elbo import ELBO  # noqa: E402
 
-from examples import numpyro_training  # noqa: E402
 from numpyro_concrete import HardConcrete  # noqa: E402
 from numpyro_concrete.handlers import unwrap  # noqa: E402
 

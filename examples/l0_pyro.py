@@ -3,7 +3,7 @@
 8x8 digits with one gate per hidden unit, trained by SVI with the expected-L0 objective.
 
     python -m examples.l0_pyro                          # 64-100-10, lambda = 20 nats per open gate
-    python -m examples.l0_pyro --l0 60 --out runs/l0    # sparser; metrics.json and the plots in runs/l0
+    python -m examples.l0_pyro --l0 60 --out runs/l0-60 # sparser; metrics.json and the plots in runs/l0-60
     python -m examples.l0_pyro --gate-inputs            # also a gate on each of the 64 pixels
 
 Model: gates_j ~ HardConcrete(2/3, logits 0) on [0, 1], one per hidden unit (a point mass at 0 prunes
@@ -114,12 +114,12 @@ def accuracy_vs_active(mlp, x, y, gates, input_gates=None):
 
 def main(argv=None):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=128, lr=1e-2)
-    parser.add_argument("--hidden", type=int, default=100, help="hidden units, one gate each")
+    parser.add_argument("--hidden", type=training.positive_int, default=100, help="hidden units, one gate each")
     parser.add_argument("--l0", type=float, default=20.0, help="lambda: nats of training log-likelihood per open gate")
-    parser.add_argument("--temperature", type=float, default=2 / 3, help="of the Hard Concrete gates")
+    parser.add_argument("--temperature", type=training.positive_float, default=2 / 3, help="of the Hard Concrete gates")
     parser.add_argument("--gate-inputs", action="store_true", help="also gate the input pixels")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between validation evaluations (default: steps / 10)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between validation evaluations (default: steps / 10)")
+    args = training.parse(parser, argv, pyro_training.read_checkpoint)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dataset = data.load("digits")
     train, train_labels = (torch.as_tensor(a, device=device) for a in (dataset.train, dataset.train_labels))

@@ -17,17 +17,17 @@ import os
 
 import numpy as np
 
-from examples import data, training
+from examples import data, numpyro_training, training
 
 
 def parse_args(argv):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=256, lr=0.02)
-    parser.add_argument("--components", type=int, default=10)
+    parser.add_argument("--components", type=training.positive_int, default=10)
     parser.add_argument("--training", default="relaxed", choices=["relaxed", "enumerate"])
-    parser.add_argument("--prior-temperature", type=float, default=1 / 2, help="lambda_2")
-    parser.add_argument("--posterior-temperature", type=float, default=2 / 3, help="lambda_1")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between test evaluations (default: steps / 10)")
-    return parser.parse_args(argv)
+    parser.add_argument("--prior-temperature", type=training.positive_float, default=1 / 2, help="lambda_2")
+    parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")
+    parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between test evaluations (default: steps / 10)")
+    return training.parse(parser, argv, numpyro_training.read_checkpoint)
 
 
 # Parsed first: --device must reach JAX before it initializes a backend.
@@ -42,7 +42,6 @@ import numpyro  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO  # noqa: E402
 
-from examples import numpyro_training  # noqa: E402
 from examples.clustering import clustering_scores  # noqa: E402
 from numpyro_concrete import Concrete, discrete, map_assignment, marginal_log_likelihood  # noqa: E402
 

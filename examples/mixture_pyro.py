@@ -55,12 +55,12 @@ def no_guide(x):
 
 def main(argv=None):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=256, lr=0.02)
-    parser.add_argument("--components", type=int, default=10)
+    parser.add_argument("--components", type=training.positive_int, default=10)
     parser.add_argument("--training", default="relaxed", choices=["relaxed", "enumerate"])
-    parser.add_argument("--prior-temperature", type=float, default=1 / 2, help="lambda_2")
-    parser.add_argument("--posterior-temperature", type=float, default=2 / 3, help="lambda_1")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between test evaluations (default: steps / 10)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--prior-temperature", type=training.positive_float, default=1 / 2, help="lambda_2")
+    parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")
+    parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between test evaluations (default: steps / 10)")
+    args = training.parse(parser, argv, pyro_training.read_checkpoint)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dataset = data.load("digits")
     train = torch.as_tensor(data.fixed_binarization(dataset.train, "threshold"), device=device)

@@ -1,15 +1,22 @@
 """The NumPyro training loop of the examples: compiled SVI steps with checkpoints, resume, a clean
 stop on SIGINT/SIGTERM, the progress bar and periodic evaluation."""
 
-import os
 import pickle
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from examples import training
 from examples.pyro_training import History
+
+# JAX is imported in fit(), not here: the scripts read a checkpoint (read_checkpoint) while parsing
+# their options, before JAX is imported, which reads JAX_PLATFORMS (--device) once, on import.
+
+
+def read_checkpoint(path, args):
+    """The checkpoint at ``path`` (state: the SVI state's leaves as NumPy arrays, history, args),
+    once ``training.load_checkpoint`` found it readable and saved with ``args`` (but for
+    ``training.RESUME_MAY_CHANGE``). Needs no JAX backend: the scripts call it before choosing one."""
+    return training.load_checkpoint(path, pickle.loads, args, keys=("state",))
 
 
 def fit(svi, train_step, state, make_batch, args, evaluate=None, batch_size=None):
@@ -20,19 +27,31 @@ def fit(svi, train_step, state, make_batch, args, evaluate=None, batch_size=None
     the SVI state and ``step``, so a resumed run repeats an uninterrupted one. ``evaluate(params)``
     is called every ``args.eval_every`` steps. Checkpoints (the state's leaves) go to ``args.out``
     every ``args.checkpoint_every`` steps and on SIGINT/SIGTERM (then the process exits);
-    ``args.resume`` continues from the last one. Losses are read from the device in blocks, so
-    that steps are dispatched ahead of the computation.
+    ``args.resume`` continues from the last one (``read_checkpoint``: readable, and saved with the
+    same options but those in ``training.RESUME_MAY_CHANGE``; else one line and exit status 2).
+    Losses are read from the device in blocks, so that steps are dispatched ahead of the computation.
     """
+    import jax
+    import jax.numpy as jnp
+
     path = training.checkpoint_path(args.out)
     history = History()
     if args.resume:
-        if path is None or not os.path.exists(path):
-            training.fail("--resume needs a checkpoint in --out")
-        with open(path, "rb") as f:
-            saved = pickle.load(f)
-        treedef = jax.tree_util.tree_structure(state)
-        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in saved["state"]])
-        history = History(**saved["history"])
+        saved = read_checkpoint(path, args)
+        try:
+            # tree_unflatten takes leaves of any shape: compare them with the model's
+            saved_shapes = [np.shape(leaf) for leaf in saved["state"]]
+            shapes = [np.shape(leaf) for leaf in jax.tree_util.tree_leaves(state)]
+            if len(saved_shapes) != len(shapes):
+                raise ValueError(f"{len(saved_shapes)} arrays saved, the model's state has {len(shapes)}")
+            for i, (a, b) in enumerate(zip(saved_shapes, shapes)):
+                if a != b:
+                    raise ValueError(f"array {i} of the state has shape {a} saved, {b} in the model")
+            treedef = jax.tree_util.tree_structure(state)
+            state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(leaf) for leaf in saved["state"]])
+            history = History(**saved["history"])
+        except (RuntimeError, KeyError, TypeError, ValueError) as error:
+            training.checkpoint_does_not_fit(path, error)
 
     def save():
         if path is not None:

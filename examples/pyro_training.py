@@ -2,7 +2,6 @@
 SIGINT/SIGTERM, the progress bar and periodic evaluation."""
 
 import io
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +17,18 @@ class History:
     seconds: float = 0.0  # training wall time, without evaluation and checkpoints
 
 
+def read_checkpoint(path, args):
+    """The checkpoint at ``path`` (module, optim, history, args), once ``training.load_checkpoint``
+    found it readable and saved with ``args`` (but for ``training.RESUME_MAY_CHANGE``). Its tensors
+    are loaded on the CPU: ``load_state_dict`` and the optimizer then move them to the parameters'
+    device, which --device may have changed."""
+
+    def load(raw):
+        return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
+
+    return training.load_checkpoint(path, load, args, keys=("module", "optim"))
+
+
 def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None):
     """Run ``args.steps`` steps of ``svi`` (all parameters live in ``module``).
 
@@ -25,17 +36,19 @@ def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None):
     after the loop has seeded torch with (seed, step), so a resumed run repeats an uninterrupted one);
     ``evaluate()`` is called every ``args.eval_every`` steps. Checkpoints go to ``args.out`` every
     ``args.checkpoint_every`` steps and on SIGINT/SIGTERM (then the process exits); ``args.resume``
-    continues from the last one.
+    continues from the last one (``read_checkpoint``: readable, and saved with the same options but
+    those in ``training.RESUME_MAY_CHANGE``; else one line and exit status 2).
     """
     path = training.checkpoint_path(args.out)
     history = History()
     if args.resume:
-        if path is None or not os.path.exists(path):
-            training.fail("--resume needs a checkpoint in --out")
-        saved = torch.load(path, weights_only=False)
-        module.load_state_dict(saved["module"])
-        optim.set_state(saved["optim"])
-        history = History(**saved["history"])
+        saved = read_checkpoint(path, args)
+        try:
+            module.load_state_dict(saved["module"])
+            optim.set_state(saved["optim"])
+            history = History(**saved["history"])
+        except (RuntimeError, KeyError, TypeError, ValueError) as error:
+            training.checkpoint_does_not_fit(path, error)
 
     def save():
         if path is not None:

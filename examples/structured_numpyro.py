@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from examples import data, training
+from examples import data, numpyro_training, training
 
 
 def parse_args(argv):
@@ -24,13 +24,13 @@ def parse_args(argv):
     parser.add_argument("--dataset", default="digits", choices=["digits", "fashion-mnist"])
     parser.add_argument("--data-dir", default=None, help="a directory of MNIST-format IDX files instead")
     parser.add_argument("--binarize", default="dynamic", choices=["dynamic", "threshold"])
-    parser.add_argument("--latent-units", type=int, default=240)
+    parser.add_argument("--latent-units", type=training.positive_int, default=240)
     parser.add_argument("--conditioning", default="linear", choices=["linear", "nonlinear"])
-    parser.add_argument("--temperature", type=float, default=2 / 3, help="lambda of every node (the paper's posterior one)")
-    parser.add_argument("--particles", type=int, default=1, help="m of the training objective L_m^SP")
-    parser.add_argument("--eval-samples", type=int, default=100, help="m of the test metric L_m^SP")
-    parser.add_argument("--eval-every", type=int, default=1000)
-    return parser.parse_args(argv)
+    parser.add_argument("--temperature", type=training.positive_float, default=2 / 3, help="lambda of every node (the paper's posterior one)")
+    parser.add_argument("--particles", type=training.positive_int, default=1, help="m of the training objective L_m^SP")
+    parser.add_argument("--eval-samples", type=training.positive_int, default=100, help="m of the test metric L_m^SP")
+    parser.add_argument("--eval-every", type=training.positive_int, default=1000)
+    return training.parse(parser, argv, numpyro_training.read_checkpoint)
 
 
 # Parsed first: --device must reach JAX before it initializes a backend.
@@ -46,7 +46,6 @@ import numpyro.distributions as dist  # noqa: E402
 from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI  # noqa: E402
 
-from examples import numpyro_training  # noqa: E402
 from examples.dvae_numpyro import network  # noqa: E402  (the discrete VAE's networks)
 from numpyro_concrete import BinConcrete, ImportanceWeightedELBO, discrete, discrete_log_likelihood, log_space_config  # noqa: E402
 

@@ -1,9 +1,11 @@
-"""What every example script shares and that has nothing to do with the PPL: command-line options,
-atomic checkpoints, stopping cleanly on SIGINT/SIGTERM, the progress bar, metrics and plots."""
+"""What every example script shares and that has nothing to do with the PPL: command-line options
+and their checks, atomic checkpoints and what --resume accepts, stopping cleanly on SIGINT/SIGTERM,
+the progress bar, metrics and plots."""
 
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -13,16 +15,46 @@ import time
 import numpy as np
 
 
+def positive_int(text):
+    """An argparse ``type``: an integer >= 1 (counts of steps, samples, units), so that 0 or a negative
+    value is argparse's one-line "argument --x: ..." error (exit status 2), not a ZeroDivisionError or
+    an empty loop later."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (1 or more), got {value}")
+    return value
+
+
+def positive_float(text):
+    """An argparse ``type``: a finite number > 0 (learning rates, temperatures); nan, inf, 0 and
+    negative values are argparse's one-line error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {text}")
+    return value
+
+
 def common_arguments(parser, *, steps, batch_size, lr):
-    """The options every example takes."""
+    """The options every example takes. Counts and rates are checked by their ``type``
+    (``positive_int``, ``positive_float``); the examples' own such options use the same two."""
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=steps, help="optimization steps")
-    parser.add_argument("--batch-size", type=int, default=batch_size)
-    parser.add_argument("--lr", type=float, default=lr, help="Adam learning rate")
+    parser.add_argument("--steps", type=positive_int, default=steps, help="optimization steps")
+    parser.add_argument("--batch-size", type=positive_int, default=batch_size)
+    parser.add_argument("--lr", type=positive_float, default=lr, help="Adam learning rate")
     parser.add_argument("--device", default=None, help="cpu or cuda/gpu (default: a GPU if there is one)")
-    parser.add_argument("--out", default=None, help="directory for metrics.json, plots and checkpoints")
-    parser.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints (needs --out)")
-    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    parser.add_argument("--out", default=None,
+                        help="directory for metrics.json, plots and checkpoints; one that already holds a run's "
+                             "checkpoint.bin or metrics.json is refused unless --resume continues it")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints (needs --out)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint in --out, with the options it was saved with but for "
+                             + ", ".join(sorted(f"--{name.replace('_', '-')}" for name in RESUME_MAY_CHANGE - {"resume"})))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -40,22 +72,109 @@ def parser_for(description):
     return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
 
 
+def parse(parser, argv, read_checkpoint):
+    """``parser.parse_args(argv)`` (whose ``type`` checks reject bad counts and rates), then the
+    checks that need neither data nor model, so that a run that could not save, could not resume,
+    or would overwrite another fails at once, not after loading data or training (each failure is
+    one line, exit status 2). Without ``--resume``: ``--out`` holds no run yet (``check_new_out``)
+    and is (or is now created as) a writable directory. With ``--resume``: ``--out`` is an existing
+    writable directory and ``read_checkpoint(path, args)`` (the PPL loop's, which calls
+    ``load_checkpoint``) reads the checkpoint there and checks its options against these; nothing
+    is created, so a --resume that fails leaves no new directory behind."""
+    args = parser.parse_args(argv)
+    if args.resume:
+        check_out(args.out, create=False)
+        read_checkpoint(checkpoint_path(args.out), args)
+    else:
+        check_new_out(args.out)
+        check_out(args.out)
+    return args
+
+
 def fail(message):
     """Exit with a one-line error instead of a traceback."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def _one_line(error, limit=160):
+    """An exception as a short single line: its type and the start of its message."""
+    text = " ".join(str(error).split())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def check_out(out, create=True):
+    """Fail (one line) unless ``out`` is None or a directory we can write files in, creating it
+    (and its parents) if it does not exist. Writability is tried with a file, not read from the
+    permission bits, which do not stop root. With ``create=False`` (``--resume``) a missing ``out``
+    is left missing and passes: reading the checkpoint then reports it."""
+    if out is None:
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"--out {out} is not a directory; give a directory (it is created if missing)")
+    if not create and not os.path.isdir(out):
+        return
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".tmp-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        fail(f"--out {out} is not a writable directory ({error.strerror or _one_line(error)})")
+
+
+def check_new_out(out):
+    """Fail (one line) if ``out``, for a run without ``--resume``, already holds a run: its
+    checkpoint (which the first save would overwrite) or a finished run's metrics.json. The way
+    forward is named: --resume to continue it, or another --out (or deleting ``out``) to start over."""
+    if out is None:
+        return
+    checkpoint, metrics = checkpoint_path(out), os.path.join(out, "metrics.json")
+    if os.path.lexists(checkpoint):
+        fail(f"--out {out} already holds a run's checkpoint {checkpoint}, which this run would overwrite; "
+             f"continue that run with --resume, or start a new one with another --out (or delete {out} first)")
+    if os.path.lexists(metrics):
+        fail(f"--out {out} already holds a finished run's {metrics}, which this run would overwrite; "
+             f"start a new run with another --out (or delete {out} first)")
+
+
 # ----------------------------------------------------------------------------- checkpoints
+
+# The options that may differ between a run and its --resume: how long it trains (--steps), how and
+# where it runs (--device, --no-jit, --no-progress, --out, --resume itself), how often it saves, and
+# what is only evaluated (--eval-every: the validation curve; --eval-samples: m of the final test
+# bound, computed after training). Every other option (shapes, data, the objective, the optimizer,
+# the seed) must be the checkpoint's, or --resume refuses: training on with other ones would mix two
+# runs, or fail on mismatched shapes. Argument names as in ``vars(args)``.
+RESUME_MAY_CHANGE = frozenset(
+    {"steps", "resume", "no_progress", "device", "no_jit", "out", "checkpoint_every", "eval_every", "eval_samples"}
+)
+
+
+def _umask():
+    """The process's umask, read without changing it where Linux shows it (/proc), else briefly set."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path, data):
-    """Write ``data`` (bytes) to ``path`` so that a crash leaves either the old or the new file."""
+    """Write ``data`` (bytes) to ``path`` so that a crash leaves either the old or the new file. The
+    file gets the mode of any newly created file, 0666 & ~umask (not mkstemp's 0600)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
+            os.chmod(tmp, 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -68,6 +187,66 @@ def atomic_write(path, data):
 
 def checkpoint_path(out):
     return None if out is None else os.path.join(out, "checkpoint.bin")
+
+
+def load_checkpoint(path, load, args, keys):
+    """The checkpoint at ``path`` for ``--resume``, as the dict ``load(raw bytes)`` makes of it, with
+    at least ``keys``, "history" and "args" (``vars`` of the options it was written with).
+
+    Fails with one line (exit status 2), never a traceback, when the file is missing or unreadable,
+    damaged or truncated (whatever ``load`` raises), or when its options differ from ``args`` in
+    one not in ``RESUME_MAY_CHANGE`` (each such option is named, with both values).
+
+    Older checkpoints: every version of the examples has saved ``vars(args)`` in its checkpoints,
+    so those written before this check resume as long as their options match. A checkpoint without
+    saved options (none that these scripts wrote) is refused with one line, not resumed unchecked;
+    so is one whose options are another set (an option added or removed since): that counts as a
+    differing option, named with "(no such option)" for the side that lacks it."""
+    if path is None or not os.path.isfile(path):
+        fail("--resume needs a checkpoint in --out" + ("" if path is None else f": there is no {path}"))
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as error:
+        fail(f"cannot read the checkpoint {path} ({error.strerror or _one_line(error)})")
+    try:
+        saved = load(raw)
+    except Exception as error:  # unpickling raises nearly anything on bad bytes
+        fail(f"checkpoint {path} is damaged or truncated ({_one_line(error)}); delete it to start over, or restore a copy")
+    if not isinstance(saved, dict) or not {"history", *keys} <= saved.keys():
+        fail(f"{path} is not a checkpoint of this example; delete it to start over, or give another --out")
+    if not isinstance(saved.get("args"), dict):
+        fail(f"checkpoint {path} has no saved options (an older format), so --resume cannot check them; "
+             "delete it to start over")
+    check_resume_options(path, saved["args"], vars(args))
+    return saved
+
+
+def check_resume_options(path, saved, current):
+    """Fail (one line) naming every option outside ``RESUME_MAY_CHANGE`` whose value in the
+    checkpoint (``saved``) differs from this run's (``current``); both are ``vars(args)`` dicts."""
+    missing = object()
+
+    def show(value):
+        if value is missing:
+            return "(no such option)"
+        return repr(value) if isinstance(value, str) or value is None else str(value)
+
+    names = list(current) + [name for name in saved if name not in current]
+    differing = [
+        f"--{name.replace('_', '-')}: checkpoint {show(saved.get(name, missing))}, now {show(current.get(name, missing))}"
+        for name in names
+        if name not in RESUME_MAY_CHANGE and saved.get(name, missing) != current.get(name, missing)
+    ]
+    if differing:
+        fail(f"--resume with options that differ from those of {path}: {'; '.join(differing)}; "
+             "give the checkpoint's values, or another --out to start a new run")
+
+
+def checkpoint_does_not_fit(path, error):
+    """Fail (one line): the checkpoint's saved state does not fit the model these options built."""
+    fail(f"checkpoint {path} does not fit the model of these options ({_one_line(error)}); "
+         "delete it to start over, or give another --out")
 
 
 class StopRequests:

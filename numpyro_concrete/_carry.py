@@ -1,25 +1,38 @@
-"""Carry the exact log-space coordinates of a sample alongside the sample.
+"""Carry the exact log-space coordinates of a sample alongside the sample, inside a traced computation.
 
 A Concrete sample ``x = exp(y)`` underflows to exact zeros at low temperature, and a BinConcrete
 sample ``x = sigmoid(y)`` to exact 0 or 1; ``y`` itself is finite. ``Concrete.log_prob(x)`` needs
 ``y``, and it is asked for it by other objects than the one that drew ``x``: in SVI the model's
 prior scores the guide's sample. NumPyro's ``intermediates`` reach only the guide's own site --
-``replay`` copies ``msg["value"]`` into the model, not the intermediates -- but the value the model
-receives is the very same Python object (a concrete array eagerly, a tracer inside ``jit``,
-``grad`` and ``vmap``).
+``replay`` copies ``msg["value"]`` into the model, not the intermediates -- but inside the traced
+computation that runs the guide and the model (``jit``, ``grad``, ``vmap``: every SVI step, ``svi.run``,
+``Predictive``) the value the model receives is the very same tracer object.
 
-So ``y`` is kept in a registry keyed by the identity of ``x``, checked through a weak reference
-(JAX arrays and tracers are immutable, so identity is enough). An entry is dropped when ``x`` is
-freed; a tracer never outlives its trace. A value with no entry (any new array computed from
-``x``, user data) is scored from ``log x``, which is exact wherever ``x`` did not underflow.
+Invariants of the registry:
+
+- **Keyed** by the identity of a tracer, checked through a weak reference (JAX values are
+  immutable, so identity is enough); a tracer never outlives its trace, and the entry goes with it.
+- **Only tracers are carried.** A concrete array (drawn eagerly, or returned out of a ``jit``) is
+  scored from its values wherever it is scored -- eagerly or passed into ``jit``, where it becomes a
+  new tracer that nothing can link back to it -- so one array has one log density. Eagerly, the
+  exact route is NumPyro's own: ``x, intermediates = d.sample_with_intermediates(key)`` and
+  ``d.log_prob(x, intermediates)``.
+- **Otherwise** (no entry: any new array computed from ``x``, user data) the value is scored from
+  ``log x``, exact wherever ``x`` did not underflow -- or, for the straight-through distributions,
+  whose discrete values alone do not determine the relaxed sample behind them, refused with a
+  ValueError.
 """
 
 import weakref
 
-import jax.numpy as jnp
 from numpyro.util import not_jax_tracer
 
 _entries = {}
+
+
+def clear():
+    """Forget every carried sample (they are scored from their values afterwards)."""
+    _entries.clear()
 
 
 def _drop(key, ref):
@@ -31,44 +44,28 @@ def _drop(key, ref):
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
     (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
-    ``"log_simplex"``, ``"real"``: ``value`` is an ExpConcrete (LogitBinConcrete) sample, its own
-    coordinates, all finite, and ``coordinates`` is None; ``log_prob`` then skips the boundary check
-    and the validation of the value). Returns value."""
+    ``"straight_through_log"`` / ``"straight_through_logit"``: a straight-through value whose relaxed
+    sample is exp / sigmoid of the coordinates; ``"log_simplex"``, ``"real"``: ``value`` is an
+    ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
+    None, so that ``log_prob`` may skip the boundary check and the validation of the value).
+    Concrete arrays are not recorded (see the module docstring). Returns value."""
+    if not_jax_tracer(value):
+        return value
     key = id(value)
     try:
         ref = weakref.ref(value, lambda ref, key=key: _drop(key, ref))
-    except TypeError:  # not weak-referenceable (e.g. a NumPy array): nothing to carry
+    except TypeError:  # not weak-referenceable: nothing to carry
         return value
     _entries[key] = (ref, coordinates, kind)
     return value
 
 
-def recall(value, kind):
-    """The coordinates attached to ``value``, or None."""
+def recall(value, kinds):
+    """The coordinates attached to ``value`` by a sampler of one of the ``kinds``, or None."""
     entry = _entries.get(id(value))
     if entry is None:
         return None
-    ref, coordinates, entry_kind = entry
-    if entry_kind != kind or ref() is not value:
+    ref, coordinates, kind = entry
+    if kind not in kinds or ref() is not value:
         return None
     return value if coordinates is None else coordinates
-
-
-def recall_copy(value, kind):
-    """The coordinates of the one live sample of the given ``kind`` that ``value`` is a copy of
-    (same shape, dtype and content; ``x * 1.0``, ``jnp.array(x)``), or None when no live sample or
-    more than one has that content (discrete values collide: the copy is then ambiguous). Used by
-    the straight-through distributions, whose discrete values alone do not determine the relaxed
-    sample behind them; only consulted when ``recall`` finds nothing, and only for concrete arrays
-    (a tracer's content is unknown while tracing)."""
-    if not not_jax_tracer(value):
-        return None
-    found = []
-    for ref, coordinates, entry_kind in list(_entries.values()):
-        sample = ref()
-        if entry_kind != kind or sample is None or not not_jax_tracer(sample):
-            continue
-        if jnp.shape(sample) == jnp.shape(value) and sample.dtype == jnp.result_type(value):
-            if bool(jnp.all(sample == value)):
-                found.append(coordinates)
-    return found[0] if len(found) == 1 else None

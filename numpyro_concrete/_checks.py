@@ -1,11 +1,13 @@
 """Parameter promotion and the ValueErrors of the Concrete family.
 
 Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
-does not broadcast with the batch shape) are always errors, inside ``jit`` too. Checks that read
-parameter values (NaN, infinities, temperatures <= 0, probabilities) run when validation is on
-(``numpyro.enable_validation()`` or ``validate_args=True``; off by default in NumPyro) and the
-values are concrete -- inside ``jit`` they are tracers and cannot be read. A Python-number
-temperature is always checked since that costs nothing.
+does not broadcast with the batch shape, a boolean temperature) are always errors, inside ``jit``
+too. Checks that read parameter values (NaN, infinities, temperatures <= 0, probabilities,
+logits beyond :func:`logits_bounds`) run when validation is on (NumPyro's switch,
+``numpyro.enable_validation()``, or ``validate_args=True``) on every input whose values can be
+read: Python numbers, NumPy arrays and concrete JAX arrays, inside ``jit`` too (they are checked
+before conversion); a traced input (a function argument under ``jit``/``grad``/``vmap``) cannot be
+read. A Python-number temperature is always checked since that costs nothing.
 """
 
 import math
@@ -34,10 +36,21 @@ def _as_float_array(x, dtype=None):
     return x
 
 
+def _readable(x):
+    """``x`` as a NumPy array if its values can be read now (a Python number, a NumPy array, a
+    concrete JAX array), else None (a tracer inside ``jit``/``grad``/``vmap``)."""
+    return np.asarray(x) if not_jax_tracer(x) else None
+
+
+def _check_not_bool(cls_name, name, x):
+    if isinstance(x, (bool, np.bool_)) or jnp.result_type(x) == jnp.bool_:
+        _fail(cls_name, f"{name} must be a number or a floating-point array, got the boolean {x!r}")
+
+
 def _check_values(cls_name, name, x, low_open=None, high_open=None):
-    if not not_jax_tracer(x):
+    x = _readable(x)
+    if x is None:
         return
-    x = np.asarray(x)
     if np.isnan(x).any():
         _fail(cls_name, f"{name} contains NaN")
     if np.isinf(x).any():
@@ -48,18 +61,61 @@ def _check_values(cls_name, name, x, low_open=None, high_open=None):
         _fail(cls_name, f"{name} must be < {high_open}, found {x.max():g}")
 
 
-def _check_probs(cls_name, probs, categorical):
-    if not not_jax_tracer(probs):
+def logits_bounds(dtype):
+    """(largest |logits|, largest |logits| / temperature) accepted under validation.
+
+    A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
+    logits + noise approaches it the noise is lost and the samples and their densities are wrong
+    (float32 logits of 1e6: 0.16 nats; of 1e9, a common mask: 13 nats), so |logits| must stay
+    below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
+    |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
+    sums of K coordinates and their products with another temperature stay finite."""
+    info = jnp.finfo(dtype)
+    return 2.0 ** (-math.log2(float(info.eps)) - 9), math.sqrt(float(info.max))
+
+
+def _check_logits(cls_name, logits, temperature, dtype):
+    """Finite logits within :func:`logits_bounds` in ``dtype``."""
+    logits = _readable(logits)
+    if logits is None or logits.size == 0:
         return
-    tol = simplex_tolerance(probs) if categorical else None  # a binary probs may be 0-dim
-    probs = np.asarray(probs)
+    with np.errstate(over="ignore"):
+        logits = logits.astype(dtype)  # as the distribution will hold them
+    _check_values(cls_name, "logits", logits)
+    temperature = _readable(temperature)
+    largest = float(np.abs(logits).max())
+    coldest = float(temperature.min()) if temperature is not None and temperature.size else math.inf
+    magnitude, ratio = logits_bounds(dtype)
+    if not (largest <= magnitude and largest <= ratio * coldest):
+        _fail(cls_name, _bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
+
+
+def _bound_message(largest, coldest, magnitude, ratio, dtype):
+    if largest > magnitude:
+        return (
+            f"|logits| must stay below {magnitude:g} in {dtype}, found {largest:g}: beyond, rounding in "
+            "logits + noise loses the sampler's noise and samples and densities would be wrong; to mask a "
+            "category give it a logit a few hundred below the others (or use float64)"
+        )
+    return (
+        f"|logits| / temperature must stay below {ratio:.3g} in {dtype} (a sample's log coordinates are "
+        f"(logits + noise) / temperature, and their sums must stay finite): found |logits| up to {largest:g} "
+        f"with temperature {coldest:g}; rescale the logits (only their differences matter in the n-ary case) "
+        "or raise the temperature"
+    )
+
+
+def _check_probs(cls_name, probs, categorical, dtype):
+    probs = _readable(probs)
+    if probs is None:
+        return
     if np.isnan(probs).any():
         _fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():
         _fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min():g}, {probs.max():g}]")
-    if categorical:
+    if categorical and probs.ndim:
         error = np.abs(probs.sum(-1) - 1).max()
-        if error > tol:
+        if error > simplex_tolerance(np.zeros(probs.shape[-1:], dtype)):
             _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
     if (probs == 0).any() or (probs == 1).any():
         _fail(
@@ -69,25 +125,39 @@ def _check_probs(cls_name, probs, categorical):
         )
 
 
+def _validate_inputs(cls_name, temperature, logits, probs, categorical, dtype):
+    """The value checks, on the parameters as given -- before they become JAX arrays, which inside
+    ``jit`` would be tracers even for NumPy inputs -- each skipped for an input that is a tracer."""
+    if not isinstance(temperature, numbers.Real):
+        _check_values(cls_name, "temperature", temperature, low_open=0.0)
+    if probs is not None:
+        _check_probs(cls_name, probs, categorical, dtype)
+        probs = _readable(probs)
+        if probs is None:
+            return
+        with np.errstate(divide="ignore"):
+            logits = np.log(probs) if categorical else np.log(probs) - np.log1p(-probs)
+    _check_logits(cls_name, logits, temperature, dtype)
+
+
 def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """Returns (temperature, logits, probs or None, batch_shape), broadcast to the batch shape.
 
     ``event_dim`` is 1 for the n-ary family (the last axis of logits holds the categories) and 0
     for the binary family. ``temperature`` is a batch parameter: its shape broadcasts with
-    ``logits.shape[:-event_dim]`` and becomes part of the batch shape.
+    ``logits.shape[:-event_dim]`` and becomes part of the batch shape. Under validation the values
+    are checked as given (NumPy or concrete inputs inside ``jit`` included).
     """
     if (logits is None) == (probs is None):
         _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
+    given = (temperature, logits, probs)
     if probs is not None:
         probs = _as_float_array(probs)
-        if validate:
-            _check_probs(cls_name, probs, categorical)
         logits = jnp.log(probs) if categorical else jnp.log(probs) - jnp.log1p(-probs)
     else:
         logits = _as_float_array(logits)
-        if validate:
-            _check_values(cls_name, "logits", logits)
 
     if categorical:
         if jnp.ndim(logits) < 1:
@@ -95,17 +165,17 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
         if jnp.shape(logits)[-1] < 2:
             _fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {jnp.shape(logits)[-1]}")
 
-    if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
+    if isinstance(temperature, numbers.Real):
         if not (math.isfinite(temperature) and temperature > 0):
             _fail(cls_name, f"temperature must be positive and finite, got {temperature}")
         temperature = jnp.asarray(float(temperature), dtype=logits.dtype)
     else:
         temperature = _as_float_array(temperature, logits.dtype)
-        if validate:
-            _check_values(cls_name, "temperature", temperature, low_open=0.0)
         dtype = jnp.promote_types(temperature.dtype, logits.dtype)
         temperature, logits = temperature.astype(dtype), logits.astype(dtype)
         probs = None if probs is None else probs.astype(dtype)
+    if validate:
+        _validate_inputs(cls_name, *given, categorical, logits.dtype)
 
     param_batch_shape = jnp.shape(logits)[:-1] if categorical else jnp.shape(logits)
     try:

@@ -18,6 +18,15 @@ from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCat
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
 
 
+def _check_expand(shape, new_shape):
+    """NumPyro's rule and error for expanding a batch shape (``ExpandedDistribution``'s)."""
+    fits = len(new_shape) >= len(shape) and all(
+        old in (1, new) for old, new in zip(reversed(shape), reversed(new_shape))
+    )
+    if not fits:
+        raise ValueError(f"Cannot broadcast distribution of shape {shape} to shape {new_shape}")
+
+
 class _ConcreteFamily(ValidatedValues, Distribution):
     """Parameters, shapes and ``expand`` shared by the four distributions."""
 
@@ -41,6 +50,7 @@ class _ConcreteFamily(ValidatedValues, Distribution):
         batch_shape = tuple(batch_shape)
         if batch_shape == self.batch_shape:
             return self
+        _check_expand(self.batch_shape, batch_shape)
         new = type(self).__new__(type(self))
         new.temperature = jnp.broadcast_to(self.temperature, batch_shape)
         new.logits = jnp.broadcast_to(self.logits, batch_shape + self.event_shape)
@@ -53,11 +63,12 @@ class _ConcreteFamily(ValidatedValues, Distribution):
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
 
-    def _coordinates(self, value, kind, intermediates=None):
-        """The log-space coordinates carried by ``value`` (an own sample: in the support by
-        construction, so not validated again), or None for any other value (see ``_validated``)."""
+    def _coordinates(self, value, kinds, intermediates=None):
+        """The log-space coordinates carried by ``value`` (a sample of the family: in the support by
+        construction, so not validated again), or None for any other value (see ``_validated``).
+        See ``_carry`` for which values carry them."""
         self._check_value_shape(value)
-        return intermediates[0] if intermediates else _carry.recall(value, kind)
+        return intermediates[0] if intermediates else _carry.recall(value, kinds)
 
     def _validated(self, value, log_prob):
         """``log_prob`` of a value that is not an own sample, under validation -inf off the support
@@ -79,6 +90,12 @@ class _NaryConcrete(_ConcreteFamily):
     def probs(self):
         return jax.nn.softmax(self.logits, axis=-1)
 
+    @classmethod
+    def infer_shapes(cls, temperature=(), logits=None, probs=None):
+        """(batch_shape, event_shape) of a distribution built from arguments of these shapes."""
+        param = tuple(logits if logits is not None else probs)
+        return tuple(jnp.broadcast_shapes(tuple(temperature), param[:-1])), param[-1:]
+
     def _sample_log(self, key, sample_shape):
         return _numerics.exp_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
@@ -95,10 +112,12 @@ class Concrete(_NaryConcrete):
 
     Numerics: a sample is computed in log space as an :class:`ExpConcrete` sample ``y`` and shown
     as ``x = exp(y)``, which underflows to exact zeros at low temperature; ``y`` is carried with
-    ``x`` (as NumPyro ``intermediates`` for the site that drew it, and by identity to the model's
-    replayed site and any other distribution scoring it, inside ``jit``/``grad``/``vmap`` too), so
-    ``log_prob`` of a sample is finite and exact. Other values are scored from ``log x``; at a
-    boundary point (some ``x_k = 0``) the result is the density's limit.
+    ``x`` (as NumPyro ``intermediates`` for the site that drew it, and, inside a traced computation
+    -- ``jit``, ``grad``, ``vmap``, every SVI step -- by identity to the model's replayed site and
+    any other distribution scoring it), so ``log_prob`` of a sample is finite and exact. A
+    :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
+    (eager arrays without their intermediates included) are scored from ``log x``; at a boundary
+    point (some ``x_k = 0``) the result is the density's limit.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -112,7 +131,7 @@ class Concrete(_NaryConcrete):
         return _carry.attach(jnp.exp(y), y, "log"), [y]
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, "log", intermediates)
+        y = self._coordinates(value, ("log", "straight_through_log"), intermediates)
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
@@ -152,7 +171,7 @@ class ExpConcrete(_NaryConcrete):
         return _carry.attach(self._sample_log(key, sample_shape), None, "log_simplex"), []
 
     def log_prob(self, value, intermediates=None):
-        if self._coordinates(value, "log_simplex") is not None:  # an own sample: no -inf entries
+        if self._coordinates(value, ("log_simplex",)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
@@ -202,11 +221,11 @@ class BinConcrete(_BinaryConcrete):
         return _carry.attach(jax.nn.sigmoid(y), y, "logit"), [y]
 
     def _logit_of(self, value):
-        y = _carry.recall(value, "logit")
+        y = _carry.recall(value, ("logit",))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, "logit", intermediates)
+        y = self._coordinates(value, ("logit", "straight_through_logit"), intermediates)
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
@@ -248,10 +267,9 @@ class LogitBinConcrete(_BinaryConcrete):
         return _carry.attach(self._sample_logit(key, sample_shape), None, "real"), []
 
     def log_prob(self, value, intermediates=None):
+        own = self._coordinates(value, ("real",)) is not None  # checks the value's shape first
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
-        if self._coordinates(value, "real") is not None:  # an own sample
-            return log_prob
-        return self._validated(value, log_prob)
+        return log_prob if own else self._validated(value, log_prob)
 
     def cdf(self, value):
         if self._validate_args:

@@ -2,10 +2,13 @@
 Regularization", ICLR 2018): a BinConcrete stretched to (low, high) and clipped to [0, 1]."""
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
-from numpyro.distributions import constraints
+import numpy as np
+from numpyro.distributions import Distribution, constraints
+from numpyro.util import not_jax_tracer
 
 from . import _numerics
 from .discrete import Bernoulli
@@ -13,23 +16,96 @@ from .distributions import _BinaryConcrete
 
 __all__ = ["HardConcrete"]
 
+_BOUNDS = {"low": "< 0", "high": "> 1"}  # what each end of the stretch must be (and stay in the dtype)
 
-def check_stretch(cls_name, low, high):
-    checked = []
-    for name, x in (("low", low), ("high", high)):
+
+def _fail(cls_name, name, given, converted=None, dtype=None):
+    text = repr(given) if isinstance(given, int) else repr(float(given))
+    if converted is not None and not (math.isnan(given) and math.isnan(converted)) and converted != given:
+        text += f" ({float(converted)!r} in {dtype})"  # finite or of the right sign only before the conversion
+    raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]}, got {text}")
+
+
+def _in_bounds(name, x):
+    return (x < 0) if name == "low" else (x > 1)
+
+
+def _check_end(cls_name, name, given, converted, dtype):
+    """Raises unless every entry of ``converted`` (``given`` in the distribution's dtype, both
+    NumPy arrays) is finite and on the right side of 0 (low) or 1 (high)."""
+    ok = _in_bounds(name, converted) & np.isfinite(converted)
+    if not bool(ok.all()):
+        first = int(np.argmin(ok.ravel()))
+        _fail(cls_name, name, given.flatten()[first].item(), converted.flatten()[first].item(), dtype)
+
+
+def _check_number(cls_name, name, x, numpy_type, dtype_name):
+    """A Python (or NumPy scalar) number x as a float, after checking it and its rounding to the dtype."""
+    try:
+        value = float(x)
+    except OverflowError:  # an int beyond any float
+        _fail(cls_name, name, x)
+    if numpy_type is np.float64:
+        converted = value
+    else:
+        with np.errstate(over="ignore"):
+            converted = float(numpy_type(value))
+    if not (math.isfinite(converted) and _in_bounds(name, converted)):
+        _fail(cls_name, name, value, converted, dtype_name)
+    return value
+
+
+def _broadcast_shapes(a, b):
+    """NumPy's broadcasting rule for two shapes (a ValueError if they do not broadcast), without
+    the per-call overhead of the library versions on this path, which every construction takes."""
+    a, b = tuple(a), tuple(b)
+    if len(a) < len(b):
+        a, b = b, a
+    b = (1,) * (len(a) - len(b)) + b
+    if any(m != n and m != 1 and n != 1 for m, n in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(n if m == 1 else m for m, n in zip(a, b))
+
+
+def promote_end(cls_name, name, x, like, batch_shape, validate):
+    """``low`` or ``high`` as an array of the logits' dtype (differentiable, traceable, not
+    broadcast), and the batch shape grown to broadcast with it.
+
+    Booleans and non-numbers, and shapes that do not broadcast with ``batch_shape``, always raise,
+    inside ``jit`` too. Values (finite, < 0 for low, > 1 for high, also after rounding to the dtype:
+    ``low=-1e-50`` is ``-0.0`` in float32, ``high=1e39`` is inf) are checked when ``validate`` is on
+    and they are concrete -- a Python number, a NumPy array (checked before it becomes a JAX array,
+    so inside ``jit`` too) or a JAX array outside ``jit`` -- and always for a Python number, which
+    costs nothing (it is checked in Python, before any array exists).
+    """
+    dtype = like.dtype
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):  # the common case, checked in Python
+        converted = _check_number(cls_name, name, x, np.dtype(dtype).type, np.dtype(dtype).name)
+        return jnp.asarray(converted, dtype=dtype), tuple(batch_shape)
+    traced = not not_jax_tracer(x)
+    if traced or isinstance(x, jax.Array):
+        given, kind = None, x.dtype
+    else:
         try:
-            number = float(x)  # a Python number or a 0-dim array
-        except (TypeError, ValueError):
-            number = math.nan
-        if isinstance(x, bool) or not math.isfinite(number):
-            raise ValueError(f"{cls_name}: {name} must be a finite number (a Python number, not traced), got {x!r}")
-        checked.append(number)
-    low, high = checked
-    if not low < 0:
-        raise ValueError(f"{cls_name}: low must be < 0 (the stretch puts mass at 0), got {low}")
-    if not high > 1:
-        raise ValueError(f"{cls_name}: high must be > 1 (the stretch puts mass at 1), got {high}")
-    return float(low), float(high)
+            given = np.asarray(x)
+        except Exception:
+            given = np.asarray(None)
+        kind = given.dtype
+    if kind == jnp.bool_ or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
+        raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]} or an array of them, got {x!r}")
+    shape = tuple(jnp.shape(x)) if given is None else given.shape
+    try:
+        batch_shape = _broadcast_shapes(batch_shape, shape)
+    except ValueError:
+        raise ValueError(
+            f"{cls_name}: {name} of shape {shape} does not broadcast with the batch shape {tuple(batch_shape)}; "
+            f"{name} is a batch parameter (one per distribution)"
+        ) from None
+    if not traced and validate:
+        given = np.asarray(x) if given is None else given
+        with np.errstate(over="ignore", invalid="ignore"):
+            _check_end(cls_name, name, given, given.astype(np.dtype(dtype)), np.dtype(dtype).name)
+    return jnp.asarray(x, dtype=dtype), batch_shape
 
 
 class HardConcrete(_BinaryConcrete):
@@ -54,46 +130,82 @@ class HardConcrete(_BinaryConcrete):
     term and is biased; train gates with the closed-form ``prob_nonzero`` penalty instead, as
     Louizos et al. do (``examples/l0_*.py``). Off [0, 1] (validation off) ``log_prob`` is -inf.
 
+    Numerics: the stretch enters through logs only, :math:`\mathrm{logit}(\tfrac{z-\gamma}{\zeta-\gamma})
+    = \log(z-\gamma) - \log(\zeta-z)` and :math:`\log(\zeta-\gamma)` as a log-sum-exp, and samples
+    and the test-time gate are :math:`\gamma\,(1-s) + \zeta\,s`, so any finite ends work (``low=-1e17``
+    too) and gradients with respect to ``low`` and ``high`` are exact.
+
     :param temperature: lambda > 0 (Louizos et al. use 2/3), a number or an array broadcasting with the batch shape.
     :param logits: log alpha, any shape.
     :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
-    :param low: gamma < 0, the lower end of the stretch (default -0.1).
-    :param high: zeta > 1, the upper end of the stretch (default 1.1).
+    :param low: gamma < 0, the lower end of the stretch (default -0.1), a number or a tensor
+        broadcasting with the batch shape (and part of it), in the logits' dtype; differentiable.
+    :param high: zeta > 1, the upper end of the stretch (default 1.1), a number or a tensor
+        broadcasting with the batch shape (and part of it), in the logits' dtype; differentiable.
     """
 
+    arg_constraints = {
+        **_BinaryConcrete.arg_constraints,
+        "low": constraints.less_than(0.0),
+        "high": constraints.greater_than(1.0),
+    }
+    reparametrized_params = _BinaryConcrete.reparametrized_params + ["low", "high"]
     support = constraints.unit_interval
-    pytree_aux_fields = ("low", "high")
 
     def __init__(self, temperature, logits=None, probs=None, low=-0.1, high=1.1, validate_args=None):
-        self.low, self.high = check_stretch(type(self).__name__, low, high)
         super().__init__(temperature, logits=logits, probs=probs, validate_args=validate_args)
+        name, batch_shape = type(self).__name__, self.batch_shape
+        low, batch_shape = promote_end(name, "low", low, self.logits, batch_shape, self._validate_args)
+        high, batch_shape = promote_end(name, "high", high, self.logits, batch_shape, self._validate_args)
+        if batch_shape != self.batch_shape:  # low and high may grow the batch shape
+            self.temperature = jnp.broadcast_to(self.temperature, batch_shape)
+            self.logits = jnp.broadcast_to(self.logits, batch_shape)
+            if "probs" in self.__dict__:
+                self.probs = jnp.broadcast_to(self.probs, batch_shape)
+            validate = self._validate_args
+            Distribution.__init__(self, batch_shape, (), validate_args=False)
+            self._validate_args = validate
+        self.low, self.high = jnp.broadcast_to(low, batch_shape), jnp.broadcast_to(high, batch_shape)
 
     def expand(self, batch_shape):
         new = super().expand(batch_shape)
-        new.low, new.high = self.low, self.high
+        new.low, new.high = jnp.broadcast_to(self.low, tuple(batch_shape)), jnp.broadcast_to(self.high, tuple(batch_shape))
         return new
 
-    def _logit_of_stretched(self, x):
-        """logit((x - low) / (high - low)) for a Python number x."""
-        s = (x - self.low) / (self.high - self.low)
-        return math.log(s) - math.log1p(-s)
+    def _logit_at_zero(self):
+        """logit((0 - low) / (high - low)) = log(-low) - log(high): where the stretched variable is 0."""
+        return jnp.log(-self.low) - jnp.log(self.high)
+
+    def _logit_at_one(self):
+        """logit((1 - low) / (high - low)) = log(1 - low) - log(high - 1): where it is 1."""
+        return jnp.log1p(-self.low) - jnp.log(self.high - 1)
+
+    def _log_width(self):
+        """log(high - low), without forming high - low (which overflows for huge finite ends)."""
+        return jnp.logaddexp(jnp.log(-self.low), jnp.log(self.high))
+
+    def _stretch(self, s, one_minus_s):
+        """low + (high - low) s as low (1 - s) + high s: no overflow, and accurate wherever the
+        result lands in [0, 1] (low + (high - low) s loses |low| ulps there)."""
+        return jnp.clip(self.low * one_minus_s + self.high * s, 0.0, 1.0)
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        s = jax.nn.sigmoid(self._sample_logit(key, sample_shape))
-        return jnp.clip(self.low + (self.high - self.low) * s, 0.0, 1.0), []
+        y = self._sample_logit(key, sample_shape)
+        return self._stretch(jax.nn.sigmoid(y), jax.nn.sigmoid(-y)), []
 
     def _log_mass_at_zero(self):
-        return -jax.nn.softplus(self.logits - self.temperature * self._logit_of_stretched(0.0))
+        return -jax.nn.softplus(self.logits - self.temperature * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -jax.nn.softplus(self.temperature * self._logit_of_stretched(1.0) - self.logits)
+        return -jax.nn.softplus(self.temperature * self._logit_at_one() - self.logits)
 
     def log_prob(self, value, intermediates=None):
         self._check_value_shape(value)
-        inside = jnp.clip(value, 0.0, 1.0)  # the stretched value stays strictly inside (0, 1): finite logit
-        s = (inside - self.low) / (self.high - self.low)
-        density = _numerics.bin_concrete_log_prob(jnp.log(s) - jnp.log1p(-s), self.logits, self.temperature)
-        density = density - math.log(self.high - self.low)
+        inside = jnp.clip(value, 0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
+        log_above, log_below = jnp.log(inside - self.low), jnp.log(self.high - inside)
+        # p(z) = g(y) dy/dz with y = log(z - low) - log(high - z), g the LogitBinConcrete density
+        density = _numerics.logit_bin_concrete_log_prob(log_above - log_below, self.logits, self.temperature)
+        density = density + self._log_width() - log_above - log_below
         log_prob = jnp.where(value <= 0, self._log_mass_at_zero(), jnp.where(value >= 1, self._log_mass_at_one(), density))
         log_prob = jnp.where((value < 0) | (value > 1), -jnp.inf, log_prob)
         return self._validated(value, log_prob)
@@ -101,21 +213,21 @@ class HardConcrete(_BinaryConcrete):
     def cdf(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        s = (jnp.clip(value, 0.0, 1.0) - self.low) / (self.high - self.low)
-        below_one = jax.nn.sigmoid(self.temperature * (jnp.log(s) - jnp.log1p(-s)) - self.logits)
+        inside = jnp.clip(value, 0.0, 1.0)
+        below_one = jax.nn.sigmoid(self.temperature * (jnp.log(inside - self.low) - jnp.log(self.high - inside)) - self.logits)
         return jnp.where(value >= 1, 1.0, jnp.where(value < 0, 0.0, below_one))
 
     @property
     def prob_nonzero(self):
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
-        return jax.nn.sigmoid(self.logits - self.temperature * self._logit_of_stretched(0.0))
+        return jax.nn.sigmoid(self.logits - self.temperature * self._logit_at_zero())
 
     @property
     def deterministic_gate(self):
         """The test-time gate min(1, max(0, sigmoid(log alpha) (high - low) + low)) (Louizos et al. eq. 13)."""
-        return jnp.clip(self.low + (self.high - self.low) * jax.nn.sigmoid(self.logits), 0.0, 1.0)
+        return self._stretch(jax.nn.sigmoid(self.logits), jax.nn.sigmoid(-self.logits))
 
     def discrete(self):
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
-        logits = self.logits - self.temperature * self._logit_of_stretched(0.0)
+        logits = self.logits - self.temperature * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

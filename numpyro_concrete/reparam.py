@@ -39,7 +39,7 @@ class LogSpaceReparam(Reparam):
 
         y = None
         if obs is not None:  # an observed value, in log space
-            y = _carry.recall(obs, kind)
+            y = _carry.recall(obs, (kind,))
             y = coordinates(obs) if y is None else y
         log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
         y = numpyro.sample(f"{name}_{suffix}", self._wrap(log_space, expand_shape, event_dim), obs=y)

@@ -3,12 +3,13 @@
 The value is discrete -- the one-hot argmax (the {0, 1} rounding) of a Concrete (BinConcrete)
 sample -- and its gradient is the relaxed sample's: ``value = hard + (x - stop_gradient(x))``,
 which is ``hard`` exactly. ``log_prob`` is the relaxed density of the sample behind the value (the
-value alone does not determine it): the relaxed coordinates are carried with the value (as the
-site's ``intermediates``, and by identity to the model's replayed site), and with a concrete copy
-of it (``x * 1.0``) while the sample is alive and no other live sample has the same discrete
-content (discrete values collide; an ambiguous copy is not guessed). ``sample`` returns the
-discrete value. A value that is neither a sample nor such a copy has no relaxed density:
-``log_prob`` raises a ValueError saying so.
+value alone does not determine it): the relaxed coordinates are the site's ``intermediates``, and
+inside a traced computation they are carried with the value by identity (see ``_carry``), so the
+sample is scored by any distribution of the family -- a ``Concrete`` (``BinConcrete``) prior
+included. ``sample`` returns the discrete value. Any other value -- user data, a copy (``x * 1.0``),
+or an eager sample without its intermediates: discrete values collide, so such a value cannot be
+told from another sample or from data with the same content -- has no relaxed sample behind it
+that can be determined for certain: ``log_prob`` raises a ValueError saying so.
 """
 
 import jax
@@ -26,14 +27,14 @@ def _straight_through(hard, relaxed):
 
 def _relaxed_coordinates(d, value, kind, intermediates):
     d._check_value_shape(value)
-    y = intermediates[0] if intermediates else _carry.recall(value, kind)
-    if y is None:
-        y = _carry.recall_copy(value, kind)
+    y = intermediates[0] if intermediates else _carry.recall(value, (kind,))
     if y is None:
         raise ValueError(
-            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution, nor a copy "
-            f"of exactly one live sample, so there is no relaxed sample behind it to score; score the sample "
-            f"itself, or discrete values with .discrete().log_prob(value)"
+            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution within the "
+            f"traced computation that drew it, and no intermediates were given, so the relaxed sample behind it "
+            f"cannot be determined -- a copy or user data with the same discrete content could belong to any "
+            f"sample; score the sample where it was drawn, pass its intermediates (sample_with_intermediates), "
+            f"or score discrete values with .discrete().log_prob(value)"
         )
     return y
 
@@ -43,7 +44,7 @@ class ConcreteStraightThrough(Concrete):
     sample ``x`` (eq. 10), ``value = one_hot(argmax x) + x - stop_gradient(x)``.
 
     ``log_prob(value)`` is the Concrete density (eq. 11) of ``x``, computed from its exact log
-    coordinates. See the module docstring for copies and other values.
+    coordinates. See the module docstring for other values.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.

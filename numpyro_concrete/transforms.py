@@ -65,13 +65,13 @@ class SimplexTransform(_VectorTransform):
         return _carry.attach(jnp.exp(y), y, "log")
 
     def _inverse(self, x):
-        y = _carry.recall(x, "log")
+        y = _carry.recall(x, ("log",))
         if y is None:
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):
-        y = _carry.recall(x, "log")
+        y = _carry.recall(x, ("log",))
         if y is None:
             y = _log_softmax_padded(u)
         return y.sum(-1)
@@ -88,7 +88,7 @@ class UnitIntervalTransform(ParameterFreeTransform):
         return _carry.attach(jax.nn.sigmoid(u), u, "logit")
 
     def _inverse(self, x):
-        y = _carry.recall(x, "logit")
+        y = _carry.recall(x, ("logit",))
         return logit(x) if y is None else y
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):

@@ -3,15 +3,30 @@
 A Concrete sample ``x = exp(y)`` underflows to exact zeros at low temperature, and a BinConcrete
 sample ``x = sigmoid(y)`` to exact 0 or 1; ``y`` itself is finite. ``Concrete.log_prob(x)`` needs
 ``y``, and it is asked for it by other objects than the one that drew ``x`` (in SVI the model's
-prior scores the guide's sample after ``pyro.sample``, ``poutine.trace`` and ``replay``).
+prior scores the guide's sample after ``pyro.sample``, ``poutine.trace`` and ``replay``). An
+attribute on the tensor (Pyro's ``_unquantize``) is lost by every view, including the
+``value.expand(shape)`` by which ``Delta`` hands an autoguide's value to the model.
 
-An attribute on the tensor (Pyro's ``_unquantize``) is lost by every view, including the
-``value.expand(shape)`` by which ``Delta`` hands an autoguide's value to the model. Here ``y`` is
-kept in a registry keyed by the *memory* of ``x`` (data pointer, shape, strides, dtype, device),
-so any tensor that is ``x`` or a same-shape view of it (``expand``, ``detach``, ``view_as``) finds
-it. An entry is dropped when ``x`` is freed and ignored once ``x`` or ``y`` was modified in place
-(their version counters). A value with no entry (a copy, arithmetic on ``x``, user data) is
-scored from ``log x``, which is exact wherever ``x`` did not underflow.
+Invariants of the registry (one entry per storage):
+
+- **Keyed** by the storage that holds the sample's memory (``x.untyped_storage()``), through a weak
+  reference to it: the entry is dropped when that storage is freed. An entry also records the
+  storage's address and size, the sample's geometry, dtype and device, the sample tensor (weakly)
+  and its version counter, and ``y`` with its version counter.
+- **Trusted** for a value only if, at that moment: the value lives in the keyed storage, which is
+  still at the recorded address with the recorded size (``share_memory_()``, ``set_()``, ``.data =``,
+  ``untyped_storage().resize_()`` move or free it); the sample tensor is alive and neither it nor
+  ``y`` was modified in place (version counters, which views and ``detach()`` share); the memory
+  still holds what the sampler wrote -- edits that bypass the version counter (``x.data.copy_()``,
+  writes through ``x.numpy()`` or a DLPack alias) are caught by comparing the whole sample with a
+  copy when the sampling distribution validates (Pyro's default), and a few sentinel rows
+  (elements) otherwise; and the value's geometry maps onto the sample's (the sample itself, or a
+  view of it whose events are events of the sample: ``detach``, ``expand``, batch slices,
+  ``ExpandedDistribution``'s ``permute``/``reshape``). The coordinates returned are ``y`` viewed the
+  same way.
+- **Otherwise** nothing is returned, and the value is scored from ``log x`` (exact wherever x did
+  not underflow) -- or, for the straight-through distributions, whose discrete values alone do not
+  determine the relaxed sample behind them, refused with a ValueError.
 """
 
 import weakref
@@ -20,79 +35,189 @@ import torch
 
 _entries = {}
 
+# the kinds whose last axis is an event (a point of the simplex, or of log Δ)
+_N_ARY = frozenset({"log", "log_simplex", "straight_through_log"})
+_SENTINEL_ROWS = 4
+_SENTINEL_ELEMENTS = 16
 
-def _key(value):
-    # int(): under torch.jit.trace (Pyro's JitTrace_ELBO) sizes are traced tensors hashed by identity
-    return (value.data_ptr(), tuple(int(size) for size in value.shape), value.stride(), value.dtype, value.device)
+
+class _Entry:
+    __slots__ = (
+        "storage", "data_ptr", "nbytes", "sample", "version", "coordinates", "coordinates_version", "kind",
+        "owns_storage", "copy", "sentinel_index", "sentinels",
+    )
+
+
+def clear():
+    """Forget every carried sample (they are scored from their values afterwards)."""
+    _entries.clear()
 
 
 def _drop(key, ref):
     entry = _entries.get(key)
-    if entry is not None and entry[0] is ref:
+    if entry is not None and entry.storage is ref:
         del _entries[key]
 
 
-def attach(value, coordinates, kind):
+def _rows(flat_sample, kind, num_categories):
+    return flat_sample.view(-1, num_categories) if kind in _N_ARY else flat_sample
+
+
+def attach(value, coordinates, kind, verify=False):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
     (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
-    ``"log_simplex"``, ``"real"``: ``value`` is an ExpConcrete (LogitBinConcrete) sample, its own
-    coordinates, all finite, and ``coordinates`` is None; ``log_prob`` then skips the boundary check
-    and the validation of the value). Returns value."""
+    ``"straight_through_log"`` / ``"straight_through_logit"``: a straight-through value whose relaxed
+    sample is exp / sigmoid of the coordinates; ``"log_simplex"``, ``"real"``: ``value`` is an
+    ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
+    None, so that ``log_prob`` may skip the boundary check and the validation of the value).
+    ``verify``: compare the whole sample on every recall (else sentinel rows). Returns value."""
     try:
-        key = _key(value)
-    except (RuntimeError, NotImplementedError):  # tensors without storage (functorch, fake, meta)
+        storage = value.untyped_storage()
+        key = storage._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):  # no storage (functorch, fake, meta)
         return value
-    ref = weakref.ref(value, lambda ref, key=key: _drop(key, ref))
-    coordinates_version = None if coordinates is None else coordinates._version
-    _entries[key] = (ref, value._version, coordinates, coordinates_version, kind)
+    if coordinates is not None and (coordinates.shape != value.shape or coordinates.stride() != value.stride()):
+        coordinates = coordinates.contiguous()
+        if not value.is_contiguous():
+            return value
+    entry = _Entry()
+    entry.storage = weakref.ref(storage, lambda ref, key=key: _drop(key, ref))
+    entry.data_ptr, entry.nbytes = storage.data_ptr(), storage.nbytes()
+    entry.sample, entry.version = weakref.ref(value), value._version
+    entry.coordinates = coordinates
+    entry.coordinates_version = None if coordinates is None else coordinates._version
+    entry.kind = kind
+    entry.owns_storage = (
+        value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
+    )
+    sample = value.detach()
+    entry.copy = entry.sentinel_index = entry.sentinels = None
+    if verify or not entry.owns_storage or value.numel() == 0:
+        entry.copy = sample.clone()
+    else:
+        rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
+        count = _SENTINEL_ROWS if kind in _N_ARY else _SENTINEL_ELEMENTS
+        index = torch.linspace(0, rows.shape[0] - 1, min(count, rows.shape[0]), device=value.device).long()
+        entry.sentinel_index, entry.sentinels = index, rows[index].clone()
+    _entries[key] = entry
     return value
 
 
-def recall(value, kind):
-    """The coordinates attached to ``value`` (or to the tensor it views), or None."""
+def _unchanged(entry, sample):
+    """Whether the sample's memory still holds what the sampler wrote (see the module docstring)."""
+    if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
+        return True
+    detached = sample.detach()
+    if entry.copy is not None:
+        return torch.equal(detached, entry.copy)
+    rows = _rows(detached.reshape(-1), entry.kind, sample.shape[-1] if sample.dim() else 1)
+    return torch.equal(rows[entry.sentinel_index], entry.sentinels)
+
+
+def _view(entry, sample, value, coordinates):
+    """``coordinates`` (shaped like the sample) viewed as ``value`` views the sample, or None when
+    the value's events are not events of the sample."""
+    offset = value.storage_offset() - sample.storage_offset()
+    if value.shape == sample.shape and value.stride() == sample.stride() and offset == 0:
+        return coordinates
+    if not entry.owns_storage:
+        return None
+    if entry.kind in _N_ARY:  # every row of the value must be a row of the sample
+        num_categories = sample.shape[-1]
+        if value.dim() == 0 or value.shape[-1] != num_categories or (value.stride(-1) != 1 and num_categories > 1):
+            return None
+        batch = [s for s, n in zip(value.stride()[:-1], value.shape[:-1]) if n > 1]
+        if offset % num_categories or any(s % num_categories for s in batch):
+            return None
+    return coordinates.as_strided(value.shape, value.stride(), coordinates.storage_offset() + offset)
+
+
+def _lookup(value, kinds):
+    """(entry, sample, coordinates viewed as the value) for a trusted entry, or None."""
     try:
-        entry = _entries.get(_key(value))
+        storage = value.untyped_storage()
+        entry = _entries.get(storage._cdata)
     except (RuntimeError, NotImplementedError, AttributeError):
         return None
-    if entry is None:
+    if entry is None or entry.kind not in kinds or entry.storage() is not storage:
         return None
-    ref, version, coordinates, coordinates_version, entry_kind = entry
-    if entry_kind != kind or ref() is None or value._version != version:
+    sample = entry.sample()
+    if (
+        sample is None
+        or storage.data_ptr() != entry.data_ptr
+        or storage.nbytes() != entry.nbytes
+        or sample._version != entry.version
+        or sample.untyped_storage() is not storage
+        or value.dtype != sample.dtype
+        or (entry.coordinates is not None and entry.coordinates._version != entry.coordinates_version)
+    ):
         return None
-    if coordinates is None:
+    # an ExpConcrete / LogitBinConcrete sample is its own coordinates
+    coordinates = _view(entry, sample, value, sample if entry.coordinates is None else entry.coordinates)
+    if coordinates is None or not _unchanged(entry, sample):
+        return None
+    return entry, sample, value if entry.coordinates is None else coordinates
+
+
+def recall(value, kinds):
+    """The coordinates carried by ``value`` (a sample of one of the ``kinds``, or a view of one),
+    with the autograd graph of the sampler, or None. For transforms and reparametrizers;
+    ``log_prob`` uses :func:`scoring_coordinates`."""
+    found = _lookup(value, kinds)
+    return None if found is None else found[2]
+
+
+def _connected(value, sample):
+    """Whether gradients reaching ``value`` flow on to the sample's graph (the sample itself or a
+    view of it; not a detached alias such as ``x.detach().requires_grad_()``)."""
+    return value is sample or (value._is_view() and value._base is (sample._base if sample._is_view() else sample))
+
+
+class _Link(torch.autograd.Function):
+    """The coordinates y in the forward pass. In the backward pass the gradient g with respect to y
+    is split: the part the value x can carry, ``g dy/dx`` where that is finite, goes to x, and the
+    rest to y directly, so that ``torch.autograd.grad(log_prob, x)`` reaches the sample while the
+    sampler's parameters still receive exactly g through y (through x and its exp/sigmoid, plus
+    directly), also where x underflowed to 0 or 1 and dy/dx is infinite."""
+
+    @staticmethod
+    def forward(ctx, value, y, relaxed, logit):
+        ctx.logit = logit
+        ctx.save_for_backward(y, relaxed)
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, g):
+        y, relaxed = ctx.saved_tensors
+        if relaxed is None:  # a straight-through value: the relaxed sample is not in its memory
+            relaxed = torch.sigmoid(y) if ctx.logit else torch.exp(y)
+        # dx/dy as the backward of exp (grad * result) and sigmoid (grad * (1 - result) * result) computes it
+        slope = (1 - relaxed) * relaxed if ctx.logit else relaxed
+        gx = g / slope
+        # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing (all of g
+        # goes to y directly): a bound far below the float maximum, so that the gradients of several
+        # densities scoring the same sample cannot overflow when autograd adds them at x
+        gx = torch.where(gx.abs() <= torch.finfo(gx.dtype).max / 1024, gx, 0.0)
+        delivered = (gx * (1 - relaxed)) * relaxed if ctx.logit else gx * relaxed
+        return gx, g - delivered, None, None
+
+
+def scoring_coordinates(value, kinds):
+    """The coordinates with which ``log_prob`` scores ``value``, or None (see the module docstring).
+
+    Gradients: to the sampler's parameters through the carried coordinates if the value is the
+    sample (or a view of it) and requires grad; none if the value does not require grad (it was
+    detached); and to the value itself as to a value scored from its own coordinates (``dy/dx``,
+    computed stably from y), so that a density can be differentiated with respect to its sample."""
+    found = _lookup(value, kinds)
+    if found is None:
+        return None
+    entry, sample, y = found
+    if entry.coordinates is None:
         return value
-    if coordinates._version != coordinates_version:
-        return None
-    if not value.requires_grad:
-        return coordinates.detach()
-    if value.is_leaf:  # the caller differentiates with respect to this value itself
-        return None
-    return coordinates
-
-
-def recall_copy(value, kind):
-    """The coordinates of the one live sample of the given ``kind`` that ``value`` is a copy of
-    (same shape, dtype, device and content; ``clone()``, ``x * 1.0``, ``.contiguous()``), or None
-    when no live sample or more than one has that content (discrete values collide: the copy is
-    then ambiguous). Used by the straight-through distributions, whose discrete values alone do not
-    determine the relaxed sample behind them; only consulted when ``recall`` finds nothing."""
-    if not isinstance(value, torch.Tensor):
-        return None
-    found = []
-    for key, (ref, version, coordinates, coordinates_version, entry_kind) in list(_entries.items()):
-        sample = ref()
-        if (
-            entry_kind != kind
-            or sample is None
-            or sample._version != version
-            or coordinates._version != coordinates_version
-            or key[1] != tuple(value.shape)
-            or key[3] != value.dtype
-            or key[4] != value.device
-        ):
-            continue
-        if bool((sample.detach() == value.detach()).all()):
-            found.append(coordinates)
-    if len(found) != 1:
-        return None
-    return found[0] if value.requires_grad else found[0].detach()
+    if not value.requires_grad or not torch.is_grad_enabled():
+        return y.detach()
+    if not _connected(value, sample):
+        y = y.detach()
+    relaxed = None if entry.kind.startswith("straight_through") else value.detach()
+    return _Link.apply(value, y, relaxed, entry.kind.endswith("logit"))

@@ -1,9 +1,10 @@
 """Parameter promotion and the ValueErrors of the Concrete family.
 
 Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
-does not broadcast with the batch shape) are always errors. Checks that read parameter values
-(NaN, infinities, temperatures <= 0, probabilities) run when validation is on, which Pyro makes the
-default; a Python-number temperature is always checked since that costs nothing.
+does not broadcast with the batch shape, a boolean temperature) are always errors. Checks that read
+parameter values (NaN, infinities, temperatures <= 0, probabilities, |logits| / temperature beyond
+:func:`logits_bounds`) run when validation is on, which Pyro makes the default; a Python-number
+temperature is always checked since that costs nothing.
 """
 
 import math
@@ -46,6 +47,53 @@ def _check_values(cls_name, name, x, low_open=None, high_open=None):
         _fail(cls_name, f"{name} must be < {high_open}, found {x.max().item():g}")
 
 
+def _check_not_bool(cls_name, name, x):
+    if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
+        _fail(cls_name, f"{name} must be a number or a floating-point tensor, got the boolean {x!r}")
+
+
+def logits_bounds(dtype):
+    """(largest |logits|, largest |logits| / temperature) accepted under validation.
+
+    A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
+    logits + noise approaches it the noise is lost and the samples and their densities are wrong
+    (float32 logits of 1e6: 0.16 nats; of 1e9, a common mask: 13 nats), so |logits| must stay
+    below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
+    |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
+    sums of K coordinates and their products with another temperature stay finite."""
+    info = torch.finfo(dtype)
+    return 2.0 ** (-math.log2(info.eps) - 9), math.sqrt(info.max)
+
+
+def _check_logits(cls_name, logits, temperature):
+    """Finite logits within :func:`logits_bounds` (one reduction)."""
+    if logits.numel() == 0:
+        return
+    largest = torch.stack(torch.aminmax(logits.detach())).abs().max().item()  # NaN if any is NaN
+    coldest = temperature.detach().amin().item() if temperature.numel() else 1.0
+    magnitude, ratio = logits_bounds(logits.dtype)
+    if largest <= magnitude and largest <= ratio * coldest:
+        return
+    _check_values(cls_name, "logits", logits)  # names NaN or an infinity
+    dtype = str(logits.dtype).replace("torch.", "")
+    _fail(cls_name, _bound_message(largest, coldest, magnitude, ratio, dtype))
+
+
+def _bound_message(largest, coldest, magnitude, ratio, dtype):
+    if largest > magnitude:
+        return (
+            f"|logits| must stay below {magnitude:g} in {dtype}, found {largest:g}: beyond, rounding in "
+            "logits + noise loses the sampler's noise and samples and densities would be wrong; to mask a "
+            "category give it a logit a few hundred below the others (or use float64)"
+        )
+    return (
+        f"|logits| / temperature must stay below {ratio:.3g} in {dtype} (a sample's log coordinates are "
+        f"(logits + noise) / temperature, and their sums must stay finite): found |logits| up to {largest:g} "
+        f"with temperature {coldest:g}; rescale the logits (only their differences matter in the n-ary case) "
+        "or raise the temperature"
+    )
+
+
 def _check_probs(cls_name, probs, categorical):
     if torch.isnan(probs).any():
         _fail(cls_name, "probs contains NaN")
@@ -74,6 +122,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """
     if (logits is None) == (probs is None):
         _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
     if probs is not None:
         probs = _as_float_tensor(probs)
@@ -82,8 +131,6 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
         logits = torch.log(probs) if categorical else torch.log(probs) - torch.log1p(-probs)
     else:
         logits = _as_float_tensor(logits)
-        if validate:
-            _check_values(cls_name, "logits", logits)
 
     if categorical:
         if logits.dim() < 1:
@@ -102,6 +149,9 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
         dtype = torch.promote_types(temperature.dtype, logits.dtype)
         temperature, logits = temperature.to(dtype), logits.to(dtype)
         probs = None if probs is None else probs.to(dtype)
+
+    if validate:
+        _check_logits(cls_name, logits, temperature)
 
     param_batch_shape = logits.shape[:-1] if categorical else logits.shape
     try:

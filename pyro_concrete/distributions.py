@@ -53,13 +53,19 @@ class _ConcreteFamily(TorchDistribution):
         if self._validate_args:
             self._validate_sample(value)
 
-    def _coordinates(self, value, kind):
-        """The log-space coordinates carried by ``value`` (an own sample: in the support by
-        construction, so not validated again), or None for any other value (validated)."""
-        y = _carry.recall(value, kind)
+    def _coordinates(self, value, kinds):
+        """The log-space coordinates carried by ``value`` (a sample of the family, or a view of one:
+        in the support by construction, so not validated again), or None for any other value
+        (validated). See ``_carry`` for when a carried sample is trusted."""
+        y = _carry.scoring_coordinates(value, kinds)
         if y is None:
             self._validate(value)
         return y
+
+    def _attach(self, value, coordinates, kind):
+        """Carry ``coordinates`` with a sample; a validating distribution has the whole sample
+        compared on every recall (see ``_carry``)."""
+        return _carry.attach(value, coordinates, kind, verify=self._validate_args)
 
 
 class _NaryConcrete(_ConcreteFamily):
@@ -73,6 +79,12 @@ class _NaryConcrete(_ConcreteFamily):
     @lazy_property
     def probs(self):
         return torch.softmax(self.logits, dim=-1)
+
+    @classmethod
+    def infer_shapes(cls, temperature=(), logits=None, probs=None):
+        """(batch_shape, event_shape) of a distribution built from arguments of these shapes."""
+        param = torch.Size(logits if logits is not None else probs)
+        return torch.broadcast_shapes(torch.Size(temperature), param[:-1]), param[-1:]
 
     def _sample_log(self, sample_shape):
         return _numerics.exp_concrete_sample(
@@ -92,9 +104,12 @@ class Concrete(_NaryConcrete):
 
     Numerics: a sample is computed in log space as an :class:`ExpConcrete` sample ``y`` and shown
     as ``x = exp(y)``, which underflows to exact zeros at low temperature; ``y`` is carried with
-    ``x`` (also through ``pyro.sample``, ``poutine.trace``/``replay`` and to a second
-    distribution scoring it), so ``log_prob`` of a sample is finite and exact. Other values are
-    scored from ``log x``; at a boundary point (some ``x_k = 0``) the result is the density's limit.
+    ``x`` (also through ``pyro.sample``, ``poutine.trace``/``replay``, views of ``x``, and to a
+    second distribution scoring it), so ``log_prob`` of a sample is finite and exact, and
+    differentiable with respect to the sample as well as to the parameters. A
+    :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
+    are scored from ``log x``; at a boundary point (some ``x_k = 0``) the result is the density's
+    limit.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -105,10 +120,10 @@ class Concrete(_NaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
-        return _carry.attach(torch.exp(y), y, "log")
+        return self._attach(torch.exp(y), y, "log")
 
     def log_prob(self, value):
-        y = self._coordinates(value, "log")
+        y = self._coordinates(value, ("log", "straight_through_log"))
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self._t)
         return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._t)
@@ -144,10 +159,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape=torch.Size()):
-        return _carry.attach(self._sample_log(sample_shape), None, "log_simplex")
+        return self._attach(self._sample_log(sample_shape), None, "log_simplex")
 
     def log_prob(self, value):
-        if self._coordinates(value, "log_simplex") is not None:  # an own sample: no -inf entries
+        if self._coordinates(value, ("log_simplex",)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._t)
         return _numerics.exp_concrete_log_prob(value, self.logits, self._t)
 
@@ -196,14 +211,14 @@ class BinConcrete(_BinaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
-        return _carry.attach(torch.sigmoid(y), y, "logit")
+        return self._attach(torch.sigmoid(y), y, "logit")
 
     def _logit_of(self, value):
-        y = _carry.recall(value, "logit")
+        y = _carry.scoring_coordinates(value, ("logit",))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value):
-        y = self._coordinates(value, "logit")
+        y = self._coordinates(value, ("logit", "straight_through_logit"))
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self._t)
         return _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._t)
@@ -214,7 +229,7 @@ class BinConcrete(_BinaryConcrete):
 
     def icdf(self, value):
         y = (self.logits + _numerics.logit(value)) / self._t
-        return _carry.attach(torch.sigmoid(y), y, "logit")
+        return self._attach(torch.sigmoid(y), y, "logit")
 
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
@@ -240,10 +255,10 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def rsample(self, sample_shape=torch.Size()):
-        return _carry.attach(self._sample_logit(sample_shape), None, "real")
+        return self._attach(self._sample_logit(sample_shape), None, "real")
 
     def log_prob(self, value):
-        self._coordinates(value, "real")  # validates any value but an own sample
+        self._coordinates(value, ("real",))  # validates any value but an own sample
         return _numerics.logit_bin_concrete_log_prob(value, self.logits, self._t)
 
     def cdf(self, value):

@@ -11,7 +11,11 @@ import weakref
 import pyro
 import torch
 from pyro import poutine
+from pyro.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal, TorchDistribution
 from pyro.infer import ELBO, TraceEnum_ELBO, config_enumerate, infer_discrete
+from pyro.infer.autoguide import AutoContinuous, AutoGuideList
+from pyro.nn import PyroModule
+from pyro.poutine.messenger import Messenger
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
@@ -26,12 +30,36 @@ __all__ = [
 ]
 
 
+def _module_overrides(fn, params):
+    """The plain ``nn.Parameter`` attributes of a ``PyroModule`` ``fn`` that ``params`` names (by
+    their param-store name), by attribute path -- e.g. the ``loc`` of AutoDiagonalNormal and
+    AutoMultivariateNormal: the module emits a ``pyro.param`` statement for them but uses the
+    attribute, not the statement's value, so ``substitute`` alone would leave them unchanged."""
+    if not isinstance(fn, PyroModule):
+        return {}
+    overrides = {}
+    for path, parameter in fn.named_parameters():
+        name = f"{fn._pyro_name}.{path}" if fn._pyro_name else path
+        if not path.endswith("_unconstrained") and name in params:
+            overrides[path] = torch.as_tensor(params[name], dtype=parameter.dtype, device=parameter.device)
+    return overrides
+
+
 def _with_params(fn, params):
     """``fn`` with its param sites taken from ``params`` -- one dict for model and guide, as
     ``pyro.get_param_store()`` or NumPyro's ``svi.get_params`` give (the names a function does not
-    use are expected, so Pyro's warning about them is silenced)."""
+    use are expected, so Pyro's warning about them is silenced). A ``PyroModule``'s plain
+    ``nn.Parameter`` attributes named in ``params`` are swapped in for the call
+    (``torch.func.functional_call``; see :func:`_module_overrides`)."""
     if params is None:
         return fn
+    overrides = _module_overrides(fn, params)
+    if overrides:
+        module = fn
+
+        def fn(*args, **kwargs):
+            return torch.func.functional_call(module, overrides, args, kwargs)
+
     substituted = poutine.substitute(fn, data=params)
 
     def run(*args, **kwargs):
@@ -122,14 +150,121 @@ def _relaxed_latents(trace):
     }
 
 
-def _proposal(model, guide, args, kwargs):
-    """Which guide sites to discretize and which to hide for the discrete graph's proposal.
+def _autoguide_parts(guide):
+    """``guide`` itself, or the parts of an ``AutoGuideList`` (recursively)."""
+    if isinstance(guide, AutoGuideList):
+        return [part for member in guide for part in _autoguide_parts(member)]
+    return [guide]
+
+
+def _joint_latent_layouts(guide):
+    """{auxiliary site name: {model site name: its coordinates in the joint latent}} for the
+    autoguides in ``guide`` that draw every latent site from one auxiliary vector (the
+    ``AutoContinuous`` family: AutoDiagonalNormal, AutoMultivariateNormal, ...), read off their
+    own unpacking of the vector; empty for the others. The guide must have run once."""
+    layouts = {}
+    for part in _autoguide_parts(guide):
+        if isinstance(part, AutoContinuous) and part.prototype_trace is not None:
+            coordinates = torch.arange(part.latent_dim, dtype=torch.float64)
+            layouts[f"_{part._pyro_name}_latent"] = {
+                site["name"]: value.reshape(-1).long() for site, value in part._unpack_latent(coordinates)
+            }
+    return layouts
+
+
+def _auxiliary_layouts(guide_sites, model_sites, autoguide):
+    """{auxiliary guide site: {model site: its coordinates in the auxiliary value, or None for all}}:
+    the joint latents of ``_joint_latent_layouts`` and the per-site ``{name}_unconstrained``
+    auxiliary sites (Pyro's AutoNormal)."""
+    layouts = {name: layout for name, layout in _joint_latent_layouts(autoguide).items() if name in guide_sites}
+    for name, site in guide_sites.items():
+        base = name[: -len("_unconstrained")]
+        if name.endswith("_unconstrained") and base in model_sites and (site["infer"] or {}).get("is_auxiliary"):
+            layouts.setdefault(name, {base: None})
+    return layouts
+
+
+def _marginal_log_prob(joint, value, keep):
+    """The log density, at ``value``, of the coordinates ``keep`` (a boolean mask over the last
+    dimension) of ``joint``, the rest integrated out: closed form for a diagonal Normal (the
+    product over the kept coordinates) and a (low-rank) multivariate Normal (the Normal with the
+    kept rows and columns of the covariance); None for any other distribution."""
+    if isinstance(joint, torch.distributions.Independent) and isinstance(joint.base_dist, Normal):
+        if joint.reinterpreted_batch_ndims == 1:
+            return torch.where(keep, joint.base_dist.log_prob(value), 0.0).sum(-1)
+    elif isinstance(joint, Normal):  # coordinates along the last batch dimension
+        return torch.where(keep, joint.log_prob(value), 0.0)
+    elif isinstance(joint, (MultivariateNormal, LowRankMultivariateNormal)):
+        index = keep.nonzero().reshape(-1)
+        covariance = joint.covariance_matrix[..., index, :][..., index]
+        return MultivariateNormal(joint.loc[..., index], covariance_matrix=covariance).log_prob(value[..., index])
+    return None
+
+
+class _Marginal(TorchDistribution):
+    """Draws of ``joint``, scored by the marginal density of their coordinates ``keep``: drawing the
+    whole vector and using only those coordinates is drawing them from their marginal."""
+
+    def __init__(self, joint, keep):
+        self.joint, self.keep = joint, keep
+        super().__init__(joint.batch_shape, joint.event_shape, validate_args=False)
+
+    @property
+    def has_rsample(self):
+        return self.joint.has_rsample
+
+    @property
+    def support(self):
+        return self.joint.support
+
+    def expand(self, batch_shape, _instance=None):
+        return _Marginal(self.joint.expand(batch_shape), self.keep)
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.joint.sample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.joint.rsample(sample_shape)
+
+    def log_prob(self, value):
+        return _marginal_log_prob(self.joint, value, self.keep)
+
+
+class _MarginalMessenger(Messenger):
+    """Scores the auxiliary sites in ``marginals`` (name -> boolean mask of the coordinates kept)
+    by their marginal density (:class:`_Marginal`)."""
+
+    def __init__(self, marginals):
+        self.marginals = marginals
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        keep = self.marginals.get(msg["name"])
+        if keep is not None and not isinstance(msg["fn"], _Marginal):
+            msg["fn"] = _Marginal(msg["fn"], keep)
+
+
+def _marginalize(guide, marginals):
+    return _MarginalMessenger(marginals)(guide) if marginals else guide
+
+
+def _proposal(model, guide, args, kwargs, autoguide=None):
+    """Which guide sites to discretize, which to hide and which to marginalize for the discrete
+    graph's proposal.
 
     A model site that is relaxed and drawn in the guide from a Concrete-family distribution is
     discretized there; drawn from anything else (an autoguide's Delta over a transformed Normal),
-    it is hidden from the guide -- with its autoguide auxiliary site ``{name}_unconstrained`` -- so
-    that the model draws it from its discrete prior. Any other guide site without a model
-    counterpart could not be attributed, and raises.
+    it is hidden from the guide so that the model draws it from its discrete prior. An autoguide's
+    auxiliary site is attributed to the model sites it feeds -- ``{name}_unconstrained`` (Pyro's
+    AutoNormal) to ``name``; the joint latent of an ``AutoContinuous`` autoguide (``autoguide``,
+    or a part of an ``AutoGuideList``) to every site, by its coordinates -- and is kept if it feeds
+    no hidden site, hidden if it feeds hidden sites only, and otherwise marginalized: still drawn
+    whole, but scored by the marginal density of the coordinates of the sites kept
+    (:func:`_marginal_log_prob`; a joint without a closed-form marginal raises). Any other guide
+    site without a model counterpart could not be attributed, and raises.
+
+    :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
+        kept}, the model's plate nesting).
     """
     with torch.no_grad(), poutine.block():
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
@@ -138,16 +273,37 @@ def _proposal(model, guide, args, kwargs):
     guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
     hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
-    hidden |= {f"{name}_unconstrained" for name in hidden if f"{name}_unconstrained" in guide_sites}
     model_sites = {site["name"] for site in _sample_sites(model_trace)}
-    unattributed = set(guide_sites) - model_sites - hidden
+    auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
+    for name, layout in auxiliary.items():
+        fed_hidden = hidden & set(layout)
+        if not fed_hidden:
+            continue
+        if fed_hidden == set(layout):
+            hidden.add(name)
+            continue
+        joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
+        keep = torch.zeros(value.shape[-1], dtype=torch.bool)
+        for site, coordinates in layout.items():
+            if site not in hidden:
+                keep[coordinates] = True
+        if _marginal_log_prob(joint, value, keep) is None:
+            raise ValueError(
+                f"discrete_log_likelihood: guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
+                f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
+                "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
+                "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
+                "(poutine.block(model, hide=[...])) and AutoNormal or a Concrete-family guide for the relaxed ones"
+            )
+        marginals[name] = keep
+    unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
     if unattributed:
         raise ValueError(
             f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
             "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
             "an autoguide such as AutoNormal), and these cannot be attributed to a site"
         )
-    return discretized, hidden, _max_plate_nesting(model_trace)
+    return discretized, hidden, marginals, _max_plate_nesting(model_trace)
 
 
 def _per_particle(log_prob, site, particle_dim, plate, caller):
@@ -213,6 +369,27 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
     of the discrete graph.
 
+    The proposal q, site by site (log q is summed over exactly the sites it draws, auxiliary sites
+    included, as in any importance-weighted bound):
+
+    - a relaxed site that the guide draws from a Concrete-family distribution: its zero-temperature
+      limit, scored with its discrete mass;
+    - a relaxed site that the guide draws otherwise (an autoguide's Delta or transformed Normal):
+      hidden from the guide, with an auxiliary site that feeds it alone (``{name}_unconstrained``),
+      so that the model draws it from its discrete prior, which cancels in the weight;
+    - any other latent site (a continuous global): the guide's own distribution, scored with its
+      density. With AutoNormal (or any proper density) E[L_m] increases to log p(x) as m grows;
+      AutoDelta is a point mass at theta scored 1, and L_m tends to log p(x, theta) =
+      log p(x | theta) + log p(theta), the MAP objective (not a bound on log p(x));
+    - the joint auxiliary latent ``_{prefix}_latent`` of AutoDiagonalNormal, AutoMultivariateNormal
+      or AutoLowRankMultivariateNormal, which holds the unconstrained coordinates of the continuous
+      and the relaxed sites alike: drawn whole but scored by the marginal density of the continuous
+      sites' coordinates, the relaxed coordinates integrated out (their Delta sites are hidden and
+      the model draws the relaxed sites from the prior). The proposal of the continuous sites is
+      then the autoguide's marginal, and L_m the bound of a proposal q(theta) p(z). An autoguide
+      whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
+      also draws relaxed sites.
+
     :param int num_particles: m, drawn in parallel (a plate left of the model's plates).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
         holds every site (the data plate), for one bound per element of it (each data point with its
@@ -220,8 +397,10 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
+    autoguide = guide
     model, guide = _with_params(model, params), _with_params(guide, params)
-    discretized, hidden, max_plate_nesting = _proposal(model, guide, args, kwargs)
+    discretized, hidden, marginals, max_plate_nesting = _proposal(model, guide, args, kwargs, autoguide)
+    guide = _marginalize(guide, marginals)
     guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
     with torch.no_grad():

@@ -39,7 +39,7 @@ class LogSpaceReparam(Reparam):
 
         y = None
         if value is not None:  # an observed or initial value, in log space
-            y = _carry.recall(value, kind)
+            y = _carry.recall(value, (kind,))
             y = coordinates(value) if y is None else y
         log_space = node(fn._t, logits=fn.logits, validate_args=fn._validate_args)
         y = sample(f"{name}_{suffix}", self._wrap(log_space, event_dim), obs=y, infer={"is_observed": is_observed})

@@ -3,11 +3,12 @@
 The value is discrete -- the one-hot argmax (the {0, 1} rounding) of a Concrete (BinConcrete)
 sample -- and its gradient is the relaxed sample's: ``value = hard + (x - x.detach())``, which is
 ``hard`` exactly. ``log_prob`` is the relaxed density of the sample behind the value (the value
-alone does not determine it): the relaxed coordinates are carried with the value, and with a copy
-of it (``clone()``, ``x * 1.0``) while the sample is alive and no other live sample has the same
-discrete content (discrete values collide; an ambiguous copy is not guessed). ``sample()`` and
-``rsample()`` both return the discrete value. A value that is neither a sample nor such a copy has
-no relaxed density: ``log_prob`` raises a ValueError saying so.
+alone does not determine it): the relaxed coordinates are carried with the value and its views
+(see ``_carry``), so the sample is scored by any distribution of the family -- a ``Concrete``
+(``BinConcrete``) prior included. ``sample()`` and ``rsample()`` both return the discrete value.
+Any other value -- user data, or a copy (``clone()``, ``x * 1.0``): discrete values collide, so a
+copy cannot be told from another sample or from data with the same content -- has no relaxed
+sample behind it that can be determined for certain: ``log_prob`` raises a ValueError saying so.
 """
 
 import torch
@@ -24,14 +25,13 @@ def _straight_through(hard, relaxed):
 
 
 def _relaxed_coordinates(d, value, kind):
-    y = _carry.recall(value, kind)
-    if y is None:
-        y = _carry.recall_copy(value, kind)
+    y = _carry.scoring_coordinates(value, (kind,))
     if y is None:
         raise ValueError(
-            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution, nor a copy "
-            f"of exactly one live sample, so there is no relaxed sample behind it to score; score the sample "
-            f"itself, or discrete values with .discrete().log_prob(value)"
+            f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a view "
+            f"of one), so the relaxed sample behind it cannot be determined -- a copy or user data with the same "
+            f"discrete content could belong to any sample; score the sample itself, or discrete values with "
+            f".discrete().log_prob(value)"
         )
     return y
 
@@ -41,7 +41,7 @@ class ConcreteStraightThrough(Concrete):
     sample ``x`` (eq. 10), ``value = one_hot(argmax x) + x - stop_gradient(x)``.
 
     ``log_prob(value)`` is the Concrete density (eq. 11) of ``x``, computed from its exact log
-    coordinates. See the module docstring for copies and other values.
+    coordinates. See the module docstring for other values.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -53,7 +53,7 @@ class ConcreteStraightThrough(Concrete):
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
         hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
-        return _carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
+        return self._attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value):
         return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._t)
@@ -76,7 +76,7 @@ class BinConcreteStraightThrough(BinConcrete):
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
         hard = (y > 0).to(y.dtype)
-        return _carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
+        return self._attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
     def log_prob(self, value):
         return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._t)

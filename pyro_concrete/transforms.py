@@ -69,13 +69,13 @@ class SimplexTransform(_VectorTransform):
         return _carry.attach(torch.exp(y), y, "log")
 
     def _inverse(self, x):
-        y = _carry.recall(x, "log")
+        y = _carry.recall(x, ("log",))
         if y is None:
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x):
-        y = _carry.recall(x, "log")
+        y = _carry.recall(x, ("log",))
         if y is None:
             y = _log_softmax_padded(u)
         return y.sum(-1)
@@ -97,7 +97,7 @@ class UnitIntervalTransform(Transform):
         return _carry.attach(torch.sigmoid(u), u, "logit")
 
     def _inverse(self, x):
-        y = _carry.recall(x, "logit")
+        y = _carry.recall(x, ("logit",))
         return logit(x) if y is None else y
 
     def log_abs_det_jacobian(self, u, x):

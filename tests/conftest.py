@@ -1,3 +1,4 @@
+import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -37,3 +38,21 @@ def dtype(request):
 def backend_pair():
     """Both backends, for the cross-backend agreement tests."""
     return tuple(load_backend(name) for name in BACKEND_NAMES)
+
+
+def _is_float32_case(request):
+    callspec = getattr(request.node, "callspec", None)
+    values = callspec.params.values() if callspec else ()
+    def is_float32(v):
+        return (isinstance(v, str) and v == "float32") or (isinstance(v, tuple) and any(is_float32(x) for x in v))
+
+    return any(is_float32(v) for v in values)
+
+
+@pytest.fixture(autouse=True)
+def _jax_precision(request):
+    """JAX's x64 mode for the test: off for the float32 cases (a parameter "float32"), as a float32
+    user runs NumPyro, so that no float32 result depends on an x64 process; on for every other case
+    (the float64 cases and the tests that build float64 arrays need it)."""
+    with jax.enable_x64(not _is_float32_case(request)):
+        yield

@@ -36,6 +36,7 @@ BAD_PARAMETERS = [
     ("probs-nan", lambda n: dict(logits=None, probs=np.array([np.nan, 0.5, 0.5])[: len(_good_probs(n))]), r"probs contains NaN"),
     ("probs-zero", lambda n: dict(logits=None, probs=np.array([0.0, 0.5, 0.5])[: len(_good_probs(n))]), r"strictly inside \(0, 1\)"),
     ("temperature-shape", lambda n: dict(temperature=np.ones(4) / 2, logits=_batch_of_two(n)), r"temperature of shape \(4,\) does not broadcast"),
+    ("temperature-bool", lambda n: dict(temperature=True), r"temperature must be a number .* boolean"),
 ]
 
 
@@ -94,3 +95,34 @@ def test_values_with_the_wrong_event_shape_raise_under_validation(backend, name)
     d = backend.make(name, 0.5, logits=_good_logits(name), validate_args=True)
     with pytest.raises(ValueError, match="event_shape|event shape"):
         d.log_prob(backend.array(np.full(4, 0.25)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "logits, temperature, message",
+    [
+        ((3e38, 3e38, 0.0), 1.0, r"\|logits\| must stay below 16384 in float32, found 3e\+38"),
+        ((1e37, 0.0, -1.0), 0.01, r"\|logits\| must stay below 16384 in float32"),
+        ((0.0, -1e9, 1.0), 0.5, r"\|logits\| must stay below 16384 in float32, found 1e\+09.*to mask a category"),
+        ((10.0, 0.0, 3.0), 1e-19, r"\|logits\| / temperature must stay below 1.84e\+19 in float32"),
+    ],
+    ids=["3e38", "1e37-cold", "mask-1e9", "tiny-temperature"],
+)
+def test_logits_beyond_what_float32_resolves_raise(backend, name, logits, temperature, message):
+    """float32. Huge logits made NaN samples and log_prob (also for the binary family at +-3e38);
+    logits of 1e6-1e9 (a category masked with -1e9) lose the sampler's noise to rounding in
+    logits + noise, and own samples were scored up to 13 nats off; a temperature so small that
+    logits / temperature overflows. Under validation each is a ValueError naming the logits."""
+    logits = np.array(logits[: len(_good_logits(name))])
+    with pytest.raises(ValueError, match=rf"{name}: {message}"):
+        backend.make(name, temperature, logits=logits, dtype="float32", validate_args=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_logits_bounds_leave_resolvable_cases_alone(backend, name):
+    """Logits +-50 at T = 0.01 (the grid's extremes), a mask of -1e4 in float32, 1e12 in float64:
+    accepted, and their own samples are scored without NaN."""
+    for logits, temperature, dtype in [((50.0, -50.0, 0.0), 0.01, "float32"), ((0.0, -1e4, 1.0), 0.5, "float32"), ((1e12, 0.0, -1.0), 1.0, "float64")]:
+        d = backend.make(name, temperature, logits=np.array(logits[: len(_good_logits(name))]), dtype=dtype, validate_args=True)
+        _, (own,) = backend.score_samples(d, (), (4,), seed=0)
+        assert not np.isnan(own).any()

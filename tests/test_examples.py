@@ -5,6 +5,7 @@ conformance tests: each example is written for one PPL."""
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,3 +158,300 @@ def test_l0_penalty_closes_the_gates(ppl):
     kept = _run(f"l0_{ppl}", options + ["--l0", "0"])
     assert pruned["expected_l0"] < 0.2 * 16 and pruned["active_gates"] < 8
     assert kept["expected_l0"] > 0.5 * 16 and kept["active_gates"] >= 8
+
+
+# ----------------------------------------------------------------------------- trust at the edges: --resume, --out, file modes
+
+# the cheapest discrete VAE (8 latent units, linear networks, a 1-sample test bound); tiny_run trains it one step
+TINY = ["--no-progress", "--latent-units", "8", "--conditioning", "linear", "--eval-samples", "1"]
+SCRIPTS = [f"{example}_{ppl}" for example in ("dvae", "structured", "mixture", "l0") for ppl in PPLS]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(ppl)``: the --out directory of a one-step discrete VAE run (made once per module),
+    written under umask 027, so that its files' mode shows whether they follow the umask."""
+    made = {}
+
+    def make(ppl):
+        if ppl not in made:
+            out = tmp_path_factory.mktemp(f"tiny-{ppl}")
+            previous = os.umask(0o027)
+            try:
+                _run(f"dvae_{ppl}", TINY + ["--steps", "1", "--eval-every", "1", "--out", str(out)])
+            finally:
+                os.umask(previous)
+            made[ppl] = out
+        return made[ppl]
+
+    return make
+
+
+def _error_line(stderr):
+    """The one 'error:' line of a failed run's stderr (other lines, library warnings, are allowed)."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_resume_with_other_shape_options_refuses_naming_them(ppl, tiny_run, tmp_path):
+    """--resume with another --latent-units or --layers (another model) or --lr: one line naming
+    each with both values, exit status 2, no traceback, nothing trained or written; the options
+    that may change (training.RESUME_MAY_CHANGE: --steps, --eval-every, ...) are not named."""
+    out = tmp_path / "run"
+    shutil.copytree(tiny_run(ppl), out)
+    checkpoint = (out / "checkpoint.bin").read_bytes()
+    metrics = (out / "metrics.json").read_bytes()
+    may_change = ["--steps", "2", "--eval-every", "2", "--eval-samples", "2", "--checkpoint-every", "5", "--out", str(out), "--resume"]
+    changed = ["--no-progress", "--conditioning", "linear", "--latent-units", "16", "--layers", "2", "--lr", "0.5"]
+    command = [sys.executable, "-m", f"examples.dvae_{ppl}", *changed, *may_change]
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 2, finished.stdout[-2000:] + finished.stderr[-2000:]
+    line = _error_line(finished.stderr)
+    assert str(out / "checkpoint.bin") in line
+    assert "--latent-units: checkpoint 8, now 16" in line
+    assert "--layers: checkpoint 1, now 2" in line
+    assert "--lr: checkpoint 0.001, now 0.5" in line
+    for same_or_may_change in ["--conditioning", "--steps", "--eval-every", "--eval-samples", "--checkpoint-every",
+                               "--no-progress", "--out", "--resume"]:
+        assert f"{same_or_may_change}:" not in line
+    assert (out / "checkpoint.bin").read_bytes() == checkpoint and (out / "metrics.json").read_bytes() == metrics
+
+
+def test_resume_accepts_the_options_that_may_change(capsys):
+    """training.RESUME_MAY_CHANGE, one place for both PPLs: changing only those passes the check;
+    any other option, also one the checkpoint lacks or has beyond this run's, is named."""
+    from examples import dvae_numpyro, training
+
+    saved = vars(dvae_numpyro.parse_args(["--steps", "10"]))
+    may_change = dict(steps=20, resume=True, no_progress=True, device="cpu", no_jit=True, out="elsewhere",
+                      checkpoint_every=7, eval_every=3, eval_samples=5)
+    assert set(may_change) == training.RESUME_MAY_CHANGE
+    training.check_resume_options("ckpt", saved, {**saved, **may_change})
+    for current, named in [({**saved, "seed": 1}, "--seed: checkpoint 0, now 1"),
+                           ({**saved, "dataset": "fashion-mnist"}, "--dataset: checkpoint 'digits', now 'fashion-mnist'"),
+                           ({**saved, "extra": 1}, "--extra: checkpoint (no such option), now 1"),
+                           ({k: v for k, v in saved.items() if k != "arity"}, "--arity: checkpoint 2, now (no such option)")]:
+        with pytest.raises(SystemExit) as stopped:
+            training.check_resume_options("ckpt", saved, current)
+        assert stopped.value.code == 2
+        line = _error_line(capsys.readouterr().err)
+        assert named in line and line.count(": checkpoint ") == 1
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_damaged_checkpoint_gives_one_line_naming_it(ppl, damage, tiny_run, tmp_path, capsys):
+    raw = (tiny_run(ppl) / "checkpoint.bin").read_bytes()
+    damaged = raw[: len(raw) // 2] if damage == "truncated" else b""
+    (tmp_path / "checkpoint.bin").write_bytes(damaged)
+    with pytest.raises(SystemExit) as stopped:
+        _run(f"dvae_{ppl}", TINY + ["--steps", "2", "--out", str(tmp_path), "--resume"])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err)
+    assert f"checkpoint {tmp_path / 'checkpoint.bin'} is damaged or truncated" in line and "delete it" in line
+    assert (tmp_path / "checkpoint.bin").read_bytes() == damaged  # left for the user to restore
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_checkpoint_without_saved_options_is_refused(ppl, tiny_run, tmp_path, capsys):
+    """The documented policy for a checkpoint without its options (no version of the examples wrote
+    one): one line, not a resume that cannot be checked."""
+    raw = (tiny_run(ppl) / "checkpoint.bin").read_bytes()
+    if ppl == "pyro":
+        import io
+
+        import torch
+
+        saved = torch.load(io.BytesIO(raw), weights_only=False)
+        del saved["args"]
+        torch.save(saved, tmp_path / "checkpoint.bin")
+    else:
+        saved = pickle.loads(raw)
+        del saved["args"]
+        (tmp_path / "checkpoint.bin").write_bytes(pickle.dumps(saved))
+    with pytest.raises(SystemExit) as stopped:
+        _run(f"dvae_{ppl}", TINY + ["--steps", "2", "--out", str(tmp_path), "--resume"])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "has no saved options" in line and str(tmp_path / "checkpoint.bin") in line
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_out_that_is_a_file_fails_before_training(script, tmp_path, capsys, monkeypatch):
+    """--out an existing regular file, or below one: one line before any data, model or step
+    (the loops are replaced by ones that fail the test), not an error at the first checkpoint."""
+    from examples import numpyro_training, pyro_training
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(pyro_training, "fit", no_training)
+    monkeypatch.setattr(numpyro_training, "fit", no_training)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    for out, expected in [(blocker, "is not a directory"), (blocker / "run", "is not a writable directory")]:
+        with pytest.raises(SystemExit) as stopped:
+            _run(script, ["--no-progress", "--steps", "2", "--checkpoint-every", "1000", "--out", str(out)])
+        assert stopped.value.code == 2
+        line = _error_line(capsys.readouterr().err)
+        assert f"--out {out} {expected}" in line
+    assert blocker.read_text() == "not a directory\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes through permission bits")
+def test_out_without_write_permission_fails_before_training(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            _run("dvae_numpyro", ["--no-progress", "--steps", "2", "--out", str(locked)])
+    finally:
+        locked.chmod(0o700)
+    assert stopped.value.code == 2
+    assert f"--out {locked} is not a writable directory" in _error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_checkpoint_and_metrics_get_the_mode_of_other_outputs(ppl, tiny_run):
+    """0666 & ~umask (run under umask 027: 0640), like the plots, not mkstemp's 0600."""
+    out = tiny_run(ppl)
+    for name in ["checkpoint.bin", "metrics.json", "learning_curve.png", "images.png"]:
+        assert oct((out / name).stat().st_mode & 0o777) == oct(0o666 & ~0o027), name
+
+
+def test_atomic_write_follows_the_umask(tmp_path):
+    from examples import training
+
+    previous = os.umask(0o002)
+    try:
+        training.atomic_write(str(tmp_path / "new" / "file.bin"), b"data")
+        training.write_metrics(str(tmp_path), {"a": 1})
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "new" / "file.bin").read_bytes() == b"data"
+    assert oct((tmp_path / "new" / "file.bin").stat().st_mode & 0o777) == oct(0o664)
+    assert oct((tmp_path / "metrics.json").stat().st_mode & 0o777) == oct(0o664)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+# ----------------------------------------------------------------------------- no lost run, no silent wrong run: --out, --resume, option values
+
+EXAMPLES = ("dvae", "structured", "mixture", "l0")
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Both training loops replaced by ones that fail the test: what is checked must fail before."""
+    from examples import numpyro_training, pyro_training
+
+    def fit(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(pyro_training, "fit", fit)
+    monkeypatch.setattr(numpyro_training, "fit", fit)
+
+
+def _tree(directory):
+    """Every file under ``directory`` (relative path -> bytes), and every directory (-> None)."""
+    tree = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            tree[os.path.relpath(os.path.join(root, name), directory)] = None
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                tree[os.path.relpath(path, directory)] = f.read()
+    return tree
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("holds", ["checkpoint", "metrics-only"])
+def test_new_run_into_an_out_with_a_run_refuses_before_overwriting_it(script, holds, no_training, tmp_path, capsys):
+    """Without --resume, an --out that holds a checkpoint (an interrupted or finished run) or a
+    finished run's metrics.json is refused with one line naming the file and the ways forward,
+    before data, model or step; nothing in it changes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"steps": 5}\n')
+    if holds == "checkpoint":
+        (out / "checkpoint.bin").write_bytes(b"a previous run's checkpoint\n")
+    before = _tree(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        _run(script, ["--no-progress", "--steps", "2", "--out", str(out)])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err)
+    named = out / ("checkpoint.bin" if holds == "checkpoint" else "metrics.json")
+    assert f"--out {out} already holds" in line and str(named) in line and "would overwrite" in line
+    assert "another --out" in line and f"delete {out}" in line
+    assert ("continue that run with --resume" in line) == (holds == "checkpoint")
+    assert _tree(tmp_path) == before
+
+
+def test_results_runs_resume_or_start_where_the_check_allows(tmp_path, monkeypatch):
+    """examples.results: a run with a checkpoint gets --resume, one with a metrics.json is skipped,
+    a new one starts without --resume into an --out that the refusal lets through."""
+    from examples import results, training
+
+    commands = []
+    monkeypatch.setattr(results.subprocess, "run", lambda cmd, **kwargs: commands.append(cmd))
+    names = list(results.RUNS)[:3]
+    (tmp_path / names[0]).mkdir()
+    (tmp_path / names[0] / "checkpoint.bin").write_bytes(b"interrupted")
+    (tmp_path / names[1]).mkdir()
+    (tmp_path / names[1] / "checkpoint.bin").write_bytes(b"finished")
+    (tmp_path / names[1] / "metrics.json").write_text("{}")
+    results.run(None, str(tmp_path))
+    outs = {cmd[cmd.index("--out") + 1]: cmd for cmd in commands}
+    assert str(tmp_path / names[1]) not in outs and len(outs) == len(results.RUNS) - 1
+    assert outs[str(tmp_path / names[0])][-1] == "--resume"
+    for out, cmd in outs.items():
+        if out != str(tmp_path / names[0]):
+            assert "--resume" not in cmd
+            training.check_new_out(out)  # would fail (SystemExit) if the run were refused
+
+
+# every option that counts something (>= 1) or is a rate or temperature (finite, > 0), per example
+COUNTS = ["--steps", "--batch-size", "--checkpoint-every", "--eval-every"]
+OWN_COUNTS = {"dvae": ["--particles", "--eval-samples", "--latent-units"], "structured": ["--particles", "--eval-samples", "--latent-units"],
+              "mixture": ["--components"], "l0": ["--hidden"]}
+RATES = {"dvae": ["--lr", "--prior-temperature", "--posterior-temperature"], "structured": ["--lr", "--temperature"],
+         "mixture": ["--lr", "--prior-temperature", "--posterior-temperature"], "l0": ["--lr", "--temperature"]}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bad_counts_and_rates_are_one_line_argparse_errors(script, no_training, tmp_path, capsys):
+    """--checkpoint-every 0 (a ZeroDivisionError at the first step before), --steps -1, --lr nan, ...:
+    argparse's one line naming the option and the value, exit status 2, before anything is created."""
+    example = script.rsplit("_", 1)[0]
+    out = tmp_path / "new"
+    cases = [(option, value) for option in COUNTS + OWN_COUNTS[example] for value in ["0", "-1", "2.5", "x"]]
+    cases += [(option, value) for option in RATES[example] for value in ["0", "-0.1", "nan", "inf", "-inf", "x"]]
+    for option, value in cases:
+        with pytest.raises(SystemExit) as stopped:
+            _run(script, ["--no-progress", "--out", str(out), f"{option}={value}"])
+        assert stopped.value.code == 2, (option, value)
+        stderr = capsys.readouterr().err
+        assert "Traceback" not in stderr
+        errors = [line for line in stderr.splitlines() if ": error: " in line]
+        assert len(errors) == 1 and f"error: argument {option}: " in errors[0] and value in errors[0], (option, value, stderr)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_failed_resume_creates_no_directory(script, no_training, tmp_path, capsys):
+    """--resume into an --out that does not exist: one line, and no --out (nor parent) made; into an
+    existing empty one: one line, and it stays empty."""
+    missing = tmp_path / "new" / "run"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for out in [missing, empty]:
+        with pytest.raises(SystemExit) as stopped:
+            _run(script, ["--no-progress", "--steps", "2", "--out", str(out), "--resume"])
+        assert stopped.value.code == 2
+        line = _error_line(capsys.readouterr().err)
+        assert f"--resume needs a checkpoint in --out: there is no {out / 'checkpoint.bin'}" in line
+    assert sorted(os.listdir(tmp_path)) == ["empty"] and os.listdir(empty) == []

@@ -1,6 +1,9 @@
 """Hard Concrete (Louizos, Welling & Kingma 2018): log_prob of the mixed measure against the
 float64 reference, masses and density adding up to one, samples against the distribution,
-the closed-form expected L0 penalty, the test-time gate, the discrete limit, gradients."""
+the closed-form expected L0 penalty, the test-time gate, the discrete limit, gradients; the
+stretch ``low``/``high`` as ordinary (array-valued, differentiable, validated) parameters."""
+
+import decimal
 
 import numpy as np
 import pytest
@@ -131,9 +134,9 @@ def test_pathwise_gradient_matches_finite_differences(backend):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(low=0.0), "low must be < 0"),
-    (dict(high=1.0), "high must be > 1"),
-    (dict(low=float("nan")), "low must be a finite number"),
+    (dict(low=0.0), "low must be a finite number < 0, got 0.0"),
+    (dict(high=1.0), "high must be a finite number > 1, got 1.0"),
+    (dict(low=float("nan")), "low must be a finite number < 0, got nan"),
 ])
 def test_bad_stretch_raises(backend, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -179,3 +182,221 @@ def test_values_off_the_support_without_validation(backend):
     assert log_prob[0] == -np.inf and log_prob[3] == -np.inf and np.isfinite(log_prob[1:3]).all()
     np.testing.assert_array_equal(cdf[[0, 2, 3]], [0.0, 1.0, 1.0])
     assert 0 < cdf[1] < 1  # the mass at 0
+
+
+# ----------------------------------------------------------------------------- low and high as parameters
+
+# a (2, 3) batch: low varies along the first axis, high, logits and the temperature along the second
+LOW, HIGH = np.array([[-0.1], [-0.3]]), np.array([1.1, 1.3, 1.05])
+LOGITS, TEMPERATURE = np.array([-1.0, 0.2, 0.6]), np.array([2 / 3, 1.0, 0.4])
+
+
+def _array_stretch(backend, dtype="float64", low=LOW, high=HIGH, **kwargs):
+    """low as a backend array, high as a NumPy array (both kinds of input), the batch shape theirs."""
+    return backend.make("HardConcrete", TEMPERATURE, logits=LOGITS, dtype=dtype, low=backend.array(low, dtype), high=high, **kwargs)
+
+
+def test_array_valued_stretch_matches_the_reference(backend, dtype):
+    d = _array_stretch(backend, dtype)
+    assert tuple(d.batch_shape) == (2, 3) and d.has_rsample
+    low, high = (np.broadcast_to(x.astype(dtype).astype(np.float64), (2, 3)) for x in (LOW, HIGH))
+    for name, expected in (("low", low), ("high", high)):
+        value = backend.numpy(getattr(d, name))
+        assert value.dtype == np.dtype(dtype)  # the logits' dtype, whatever the input's
+        np.testing.assert_array_equal(value, expected)
+    logits, t = np.broadcast_to(LOGITS, (2, 3)), np.broadcast_to(TEMPERATURE, (2, 3))
+    points = np.array([0.0, 1e-3, 0.37, 0.999, 1.0])[:, None, None] * np.ones((2, 3))
+    assert_close(backend.numpy(d.log_prob(backend.array(points, dtype))),
+                 reference.hard_concrete_log_prob(points, logits, t, low, high), dtype)
+    assert_close(backend.numpy(d.cdf(backend.array(points, dtype))), reference.hard_concrete_cdf(points, logits, t, low, high), dtype)
+
+    rtol = 1e-6 if dtype == "float32" else 1e-12
+    louizos = expit(logits - t * np.log(-low / high))  # Louizos et al. eq. 12
+    np.testing.assert_allclose(backend.numpy(d.prob_nonzero), louizos, rtol=rtol)
+    np.testing.assert_allclose(backend.numpy(d.discrete().probs), louizos, rtol=rtol)
+    np.testing.assert_allclose(backend.numpy(d.deterministic_gate), expit(logits) * (high - low) + low, rtol=rtol)  # all inside (0, 1)
+    expanded = d.expand((4, 2, 3))
+    assert tuple(expanded.batch_shape) == (4, 2, 3)
+    np.testing.assert_array_equal(backend.numpy(expanded.low), np.broadcast_to(low, (4, 2, 3)))
+    np.testing.assert_array_equal(backend.numpy(expanded.high), np.broadcast_to(high, (4, 2, 3)))
+
+    # arg_constraints: low < 0, high > 1
+    check = {name: backend.numpy(d.arg_constraints[name].check(backend.array(np.array(v), dtype))) for name, v in
+             (("low", [-0.1, 0.0, -2.0]), ("high", [1.1, 1.0, 0.5]))}
+    np.testing.assert_array_equal(check["low"], [True, False, True])
+    np.testing.assert_array_equal(check["high"], [True, False, False])
+
+    if dtype == "float64":  # samples: each batch element stretched by its own ends, from the same uniforms; and scored
+        z, (log_prob,) = backend.score_samples(d, (), (100,), seed=2)
+        y = reference.sample_log_coordinates("BinConcrete", backend.uniforms(d, (100,), seed=2), logits, t)
+        np.testing.assert_allclose(z, np.clip(low + (high - low) * expit(y), 0, 1), rtol=0, atol=1e-12)
+        assert ((z > 0) & (z < 1)).mean() > 0.5
+        assert_close(log_prob, reference.hard_concrete_log_prob(z, logits, t, low, high), dtype)
+
+
+def _stretch_objective(backend, part, low, high):
+    """A scalar function of low and high through one method (module level: NumPyro compiles it)."""
+    d = backend.lib.HardConcrete(backend.array(TEMPERATURE), logits=backend.array(LOGITS), low=low, high=high)
+    weights = backend.array(np.array([[0.7, -1.3, 0.4], [-0.2, 0.9, 1.1]]))
+    points = backend.array(np.array([0.0, 0.05, 0.4, 0.93, 1.0])[:, None, None] * np.ones((2, 3)))
+    if part == "log_prob":
+        value = d.log_prob(points)
+    elif part == "cdf":
+        value = d.cdf(points)
+    elif part == "rsample":  # pathwise, common random numbers: smooth away from the clip's kinks
+        z = backend.sample(d, (200,), seed=5)
+        value = z * z / 200
+    else:
+        value = {"prob_nonzero": d.prob_nonzero, "deterministic_gate": d.deterministic_gate,
+                 "discrete": d.discrete().probs}[part]
+    return (value * weights).sum()
+
+
+@pytest.mark.parametrize("part", ["log_prob", "cdf", "rsample", "prob_nonzero", "deterministic_gate", "discrete"])
+def test_gradients_with_respect_to_low_and_high_match_finite_differences(backend, part):
+    h = 1e-6
+    args = [LOW, HIGH]
+    _, grads = backend.value_and_grad(_stretch_objective, *args, static=(backend, part))
+    for which, (x, grad) in enumerate(zip(args, grads)):
+        fd = np.zeros(x.shape)
+        for index in np.ndindex(*x.shape):
+            step = np.zeros(x.shape)
+            step[index] = h
+            values = []
+            for sign in (1, -1):
+                moved = list(args)
+                moved[which] = x + sign * step
+                values.append(backend.value_and_grad(_stretch_objective, *moved, static=(backend, part))[0])
+            fd[index] = (values[0] - values[1]) / (2 * h)
+        np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8, err_msg=f"{part}: d/d{['low', 'high'][which]}")
+        assert np.abs(grad).min() > 1e-4, (part, which, grad)  # every end moves the result
+
+
+def _decimal_reference(z, logits, t, low, high):
+    """(log_prob, cdf) at one point z, from the definition in 60-digit decimal arithmetic: the
+    stretch (z - low) / (high - low) exact, the BinConcrete cdf and density (eq. 17) of it, and
+    each tail from its own closed form (no 1 - (1 - tiny))."""
+    with decimal.localcontext() as context:
+        context.prec = 60
+        D = decimal.Decimal
+        low, high, t, a = D(float(low)), D(float(high)), D(float(t)), D(float(logits)).exp()
+        width = high - low
+
+        def below(s):  # P(S <= s) = 1 / (1 + a ((1 - s) / s)^t)
+            return 1 / (1 + a * ((1 - s) / s) ** t)
+
+        def above(s):  # P(S > s) = 1 / (1 + ((s / (1 - s))^t) / a)
+            return 1 / (1 + (s / (1 - s)) ** t / a)
+
+        s = (D(float(z)) - low) / width
+        if z <= 0:
+            log_prob, cdf = below(-low / width).ln(), below(-low / width)
+        elif z >= 1:
+            log_prob, cdf = above((1 - low) / width).ln(), D(1)
+        else:
+            density = t * a * (s * (1 - s)) ** (-t - 1) / (a * s ** -t + (1 - s) ** -t) ** 2
+            log_prob, cdf = (density / width).ln(), below(s)
+        return float(log_prob), float(cdf)
+
+
+HUGE = [  # (dtype, low, high, logits): logits near t log(-low / high), so that every part has mass
+    ("float64", -1e17, 1.1, [25.0, 26.0, 27.5]),
+    ("float32", -1e17, 1.1, [25.0, 26.0, 27.5]),
+    ("float64", -0.1, 1e300, [-463.0, -462.0, -460.5]),
+    ("float64", -1.5e308, 1.5e308, [-1.0, 0.0, 1.0]),  # high - low overflows
+    ("float32", -3e38, 3e38, [-1.0, 0.0, 1.0]),
+]
+
+
+@pytest.mark.parametrize("dtype, low, high, logits", HUGE, ids=[f"{c[0]}-{c[1]:g},{c[2]:g}" for c in HUGE])
+def test_huge_finite_ends(backend, dtype, low, high, logits):
+    """No 'math domain error', NaN or overflow: low=-1e17 (1 - (z - low) / (high - low) is below
+    float64's resolution) or ends whose difference overflows are scored exactly."""
+    t = 2 / 3
+    d = backend.make("HardConcrete", t, logits=np.array(logits), dtype=dtype, low=low, high=high)
+    points = np.array([0.0, 1e-3, 0.5, 0.999, 1.0])[:, None] * np.ones(3)
+    points = points.astype(dtype).astype(np.float64)
+    expected = np.array([[_decimal_reference(z, a, t, low, high) for z, a in zip(row, logits)] for row in points])
+    assert_close(backend.numpy(d.log_prob(backend.array(points, dtype))), expected[..., 0], dtype)
+    assert_close(backend.numpy(d.cdf(backend.array(points, dtype))), expected[..., 1], dtype)
+    rtol = 1e-5 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(backend.numpy(d.prob_nonzero), 1 - expected[0, :, 1], rtol=rtol)
+    z, (log_prob,) = backend.score_samples(d, (), (500,), seed=9)
+    assert np.isfinite(z).all() and z.min() >= 0 and z.max() <= 1 and not np.isnan(log_prob).any()
+    y = reference.sample_log_coordinates("BinConcrete", backend.uniforms(d, (500,), seed=9), np.array(logits), t)
+    with decimal.localcontext() as context:  # z = (low + high e^y) / (1 + e^y), exactly
+        context.prec = 60
+        D = decimal.Decimal
+        exact = np.array([float((D(low) + D(high) * D(float(v)).exp()) / (1 + D(float(v)).exp())) for v in y.ravel()])
+    np.testing.assert_allclose(z.ravel(), np.clip(exact, 0, 1), rtol=0, atol=1e-4 if dtype == "float32" else 1e-9)
+
+
+BAD_STRETCH = [  # (id, kwargs, dtype, validate_args, message)
+    ("low-positive", dict(low=0.5), "float64", True, r"HardConcrete: low must be a finite number < 0, got 0\.5$"),
+    ("low-zero-in-array", dict(low=np.array([-0.1, 0.0, -1.0])), "float64", True, r"low must be a finite number < 0, got 0\.0"),
+    ("low-backend-array", dict(low=("backend", [-0.1, 0.2, -1.0])), "float64", True, r"low must be a finite number < 0, got 0\.2"),
+    ("low-minus-inf", dict(low=-np.inf), "float64", True, r"low must be a finite number < 0, got -inf"),
+    ("low-nan-array", dict(low=np.array([np.nan])), "float64", True, r"low must be a finite number < 0, got nan"),
+    ("low-true", dict(low=True), "float64", True, r"low must be a finite number < 0.*got True"),
+    ("high-one", dict(high=1.0), "float64", True, r"high must be a finite number > 1, got 1\.0"),
+    ("high-inf", dict(high=np.inf), "float64", True, r"high must be a finite number > 1, got inf"),
+    ("high-backend-array", dict(high=("backend", [1.5, 0.9, 2.0])), "float64", True, r"high must be a finite number > 1, got 0\.9"),
+    ("high-bool-array", dict(high=np.array([True, False, True])), "float64", True, r"high must be a finite number > 1"),
+    ("low-string", dict(low="-0.1"), "float64", True, r"low must be a finite number < 0"),
+    ("low-overflows-float32", dict(low=-1e39), "float32", True, r"low must be a finite number < 0, got -1e\+39 \(-inf in float32\)"),
+    ("high-overflows-float32", dict(high=1e300), "float32", True, r"high must be a finite number > 1, got 1e\+300 \(inf in float32\)"),
+    ("low-underflows-float32", dict(low=-1e-50), "float32", True, r"low must be a finite number < 0, got -1e-50 \(-0\.0 in float32\)"),
+    ("high-rounds-to-one-float32", dict(high=1 + 1e-9), "float32", True,
+     r"high must be a finite number > 1, got 1\.000000001 \(1\.0 in float32\)"),
+    # structural, and Python numbers (which cost nothing to check): also without validation
+    ("low-python-number-unvalidated", dict(low=0.5), "float64", False, r"low must be a finite number < 0, got 0\.5"),
+    ("low-bool-unvalidated", dict(low=np.array(True)), "float64", False, r"low must be a finite number < 0"),
+    ("low-shape", dict(low=np.full(2, -0.1)), "float64", False, r"low of shape \(2,\) does not broadcast with the batch shape \(3,\)"),
+    ("high-shape", dict(high=("backend", np.full((4, 1, 2), 1.1))), "float64", False,
+     r"high of shape \(4, 1, 2\) does not broadcast with the batch shape \(3,\)"),
+]
+
+
+@pytest.mark.parametrize("kwargs, dtype, validate, match", [c[1:] for c in BAD_STRETCH], ids=[c[0] for c in BAD_STRETCH])
+def test_bad_low_or_high_raises_naming_it(backend, kwargs, dtype, validate, match):
+    kwargs = {k: backend.array(np.asarray(v[1]), dtype) if isinstance(v, tuple) else v for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match=match):
+        backend.make("HardConcrete", 0.5, logits=np.zeros(3), dtype=dtype, validate_args=validate, **kwargs)
+
+
+def test_array_values_are_checked_only_under_validation(backend):
+    d = backend.make("HardConcrete", 0.5, logits=np.zeros(3), low=np.array([-0.1, 0.5, -1.0]), validate_args=False)
+    assert tuple(d.batch_shape) == (3,)
+
+
+def test_numpyro_jit_vmap_and_pytree_over_low_and_high(backend):
+    """Traced low/high: vmap, jit, the pytree round trip; NumPy inputs are validated before they
+    become (traced) JAX arrays. (grad under jit: the finite-difference test above, which the
+    adapter compiles.)"""
+    if backend.name != "numpyro":
+        pytest.skip("JAX transformations")
+    import jax
+    import jax.numpy as jnp
+
+    hc = backend.lib.HardConcrete
+    points = jnp.asarray(np.array([0.0, 0.3, 1.0])[:, None, None] * np.ones((2, 3)))
+    eager = _array_stretch(backend)
+    vmapped = jax.vmap(lambda low: hc(jnp.asarray(TEMPERATURE), logits=jnp.asarray(LOGITS), low=low, high=jnp.asarray(HIGH)).prob_nonzero)
+    np.testing.assert_allclose(vmapped(jnp.asarray(LOW[:, 0])), eager.prob_nonzero, rtol=1e-12)
+
+    leaves, treedef = jax.tree_util.tree_flatten(eager)
+    assert any(leaf is eager.low for leaf in leaves) and any(leaf is eager.high for leaf in leaves)
+    rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+    np.testing.assert_array_equal(rebuilt.low, eager.low)
+    np.testing.assert_array_equal(rebuilt.log_prob(points), eager.log_prob(points))
+    # through jit as an argument: low and high arrive as tracers
+    np.testing.assert_allclose(jax.jit(lambda dist: dist.log_prob(points))(eager), eager.log_prob(points), rtol=1e-12)
+    other = _array_stretch(backend, low=LOW - 1.0, high=HIGH + 1.0)  # the ends are data, not static aux:
+    assert jax.tree_util.tree_structure(other) == treedef  # other values reuse a compilation
+
+    with pytest.raises(ValueError, match="low must be a finite number < 0, got 0.5"):
+        jax.jit(lambda: hc(0.5, logits=np.zeros(3), low=np.array(0.5), validate_args=True))()
+    with pytest.raises(ValueError, match=r"high of shape \(2,\) does not broadcast"):
+        jax.jit(lambda high: hc(0.5, logits=jnp.zeros(3), high=high).logits)(jnp.full(2, 1.1))
+    # a traced value cannot be read: no error, the caller's responsibility (as for the temperature)
+    jax.jit(lambda low: hc(0.5, logits=jnp.zeros(3), low=low, validate_args=True).logits)(jnp.asarray(0.5))

@@ -10,7 +10,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
 
 import numpyro_concrete as nc  # noqa: E402
-from tests.backends import numpyro_backend  # noqa: E402,F401  (enables float64)
+from tests.backends import numpyro_backend  # noqa: E402,F401
 
 NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
 KEY = jax.random.PRNGKey(0)
@@ -23,14 +23,40 @@ def _logits(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_jit_of_sample_and_log_prob_matches_eager(name):
     d = getattr(nc, name)(0.3, logits=_logits(name))
-    eager_value = d.sample(KEY, (50,))
+    eager_value, intermediates = d.sample_with_intermediates(KEY, (50,))
     jit_value = jax.jit(lambda key: d.sample(key, (50,)))(KEY)
     np.testing.assert_allclose(jit_value, eager_value, rtol=1e-12, atol=1e-14)
     plain = jnp.asarray(np.asarray(eager_value))  # a copy: scored from its value in both modes
     np.testing.assert_allclose(jax.jit(d.log_prob)(plain), d.log_prob(plain), rtol=1e-12)
-    # sample and score inside one jit: the carried coordinates are found there too
+    # sample and score inside one jit: the carried coordinates are found there, and give what the
+    # sample's intermediates give eagerly
     own = jax.jit(lambda key: d.log_prob(d.sample(key, (50,))))(KEY)
-    np.testing.assert_allclose(own, d.log_prob(eager_value), rtol=1e-12)
+    np.testing.assert_allclose(own, d.log_prob(eager_value, intermediates), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete", "ConcreteStraightThrough", "BinConcreteStraightThrough"])
+def test_one_array_has_one_log_density_eagerly_and_under_jit(name):
+    """An eager sample that underflowed (exact zeros / ones) is scored from its values both eagerly
+    and passed into jax.jit -- formerly eagerly from carried coordinates (~ +1000) and under jit from
+    its values (inf): one array, two answers. Straight-through samples raise in both. The exact
+    eager route is the sample's intermediates."""
+    n_ary = name.startswith("Concrete")
+    logits = jnp.linspace(-50.0, 50.0, 40 if n_ary else 40)
+    d = getattr(nc, name)(0.05, logits=logits if n_ary else logits.reshape(8, 5))
+    x, intermediates = d.sample_with_intermediates(KEY, (16,))
+    assert bool(jnp.any((x == 0) | (x == 1)))  # the sample underflowed
+    if "StraightThrough" in name:
+        for score in (d.log_prob, jax.jit(d.log_prob)):
+            with pytest.raises(ValueError, match="not a sample"):
+                score(x)
+        return
+    eager, jitted = d.log_prob(x), jax.jit(d.log_prob)(x)
+    np.testing.assert_array_equal(np.isinf(eager), np.isinf(jitted))
+    finite = np.isfinite(eager)
+    np.testing.assert_allclose(np.asarray(jitted)[finite], np.asarray(eager)[finite], rtol=1e-12)
+    exact = d.log_prob(x, intermediates)
+    assert bool(jnp.all(jnp.isfinite(exact)))
+    np.testing.assert_allclose(jax.jit(d.log_prob)(x, intermediates), exact, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -120,6 +146,28 @@ def test_structural_errors_raise_inside_jit_and_value_checks_mask():
     assert bool(jnp.isnan(out).any())
     off_support = jax.jit(lambda v: nc.BinConcrete(0.5, logits=jnp.zeros(2), validate_args=True).log_prob(v))
     np.testing.assert_array_equal(off_support(jnp.array([0.5, 1.5]))[1], -np.inf)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: nc.Concrete(np.array(-1.0), logits=np.zeros(3), validate_args=True), "temperature must be > 0"),
+        (lambda: nc.BinConcrete(np.array([0.5, np.nan]), logits=np.zeros(2), validate_args=True), "temperature contains NaN"),
+        (lambda: nc.ExpConcrete(0.5, logits=np.array([0.0, np.inf]), validate_args=True), "logits must be finite"),
+        (lambda: nc.Concrete(0.5, probs=np.array([0.2, 0.3, 0.4]), validate_args=True), "probs must sum to 1"),
+        (lambda: nc.LogitBinConcrete(0.5, probs=np.array([0.0, 0.5]), validate_args=True), "strictly inside"),
+        (lambda: nc.Concrete(0.01, logits=np.array([1e37, 0.0], np.float32), validate_args=True), r"\|logits\| must stay below"),
+        (lambda t=jnp.array(0.0): nc.BinConcrete(t, logits=jnp.zeros(2), validate_args=True), "temperature must be > 0"),
+    ],
+    ids=["temperature", "temperature-nan", "logits-inf", "probs-sum", "probs-zero", "logits-huge", "concrete-jax-array"],
+)
+def test_concrete_parameters_are_validated_inside_jit(make, message):
+    """NumPy (and concrete JAX) parameters become tracers once converted inside jit; they are checked
+    before, as NumPyro's own distributions (RelaxedBernoulliLogits, Dirichlet) do."""
+    with pytest.raises(ValueError, match=message):
+        make()
+    with pytest.raises(ValueError, match=message):
+        jax.jit(lambda: make().logits)()
 
 
 def test_schedules_take_a_traced_step():

@@ -64,3 +64,180 @@ def test_a_straight_through_sample_changed_in_place_has_no_relaxed_density():
     x.detach().fill_(1.0)
     with pytest.raises(ValueError, match="not a sample"):
         d.log_prob(x)
+
+
+# ----------------------------------------------------------------------------- attacks on the carry
+# A wrong finite number is the worst failure: every route by which the memory of a sample changes
+# behind torch's back must end with the value scored from what it now holds.
+
+
+def _scored_as_its_content(d, value):
+    """log_prob of ``value`` equals that of a fresh copy of its content (no carried coordinates)."""
+    fresh = value.detach().clone()
+    torch.testing.assert_close(d.log_prob(value), d.log_prob(fresh), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_an_edit_through_data_that_bypasses_the_version_counter_is_caught(validate):
+    d = pc.Concrete(0.1, logits=5 * torch.randn(64, 50, generator=torch.Generator().manual_seed(0)), validate_args=validate)
+    x, other = d.rsample(), d.rsample()
+    version = x._version
+    x.data.copy_(other)  # .data has its own version counter
+    assert x._version == version
+    _scored_as_its_content(d, x)
+
+
+def test_single_element_writes_through_numpy_and_dlpack_are_caught_under_validation():
+    """Under validation (Pyro's default) the whole sample is compared with what the sampler wrote."""
+    from torch.utils import dlpack
+
+    d = pc.BinConcrete(0.5, logits=torch.randn(200, 30, generator=torch.Generator().manual_seed(1)))
+    for alias in (lambda x: torch.from_numpy(x.detach().numpy()), lambda x: dlpack.from_dlpack(dlpack.to_dlpack(x.detach()))):
+        x = d.rsample()
+        exact = d.log_prob(x)
+        alias(x)[123, 7] = 0.25  # one element, in a row that is no sentinel
+        scored = d.log_prob(x)
+        _scored_as_its_content(d, x)
+        assert scored[123, 7] != exact[123, 7]
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        lambda x: x.share_memory_(),  # what Module.share_memory() does to buffers
+        lambda x: setattr(x, "data", torch.full_like(x, 1 / x.shape[-1])),
+        lambda x: x.set_(torch.full_like(x, 1 / x.shape[-1]).untyped_storage(), 0, x.shape),
+        lambda x: x.untyped_storage().resize_(0),
+    ],
+    ids=["share_memory_", "data=", "set_", "storage.resize_"],
+)
+def test_memory_released_while_the_sample_lives_is_never_scored_with_its_coordinates(release):
+    """The sample object stays alive, its old memory goes back to the allocator, and an unrelated
+    tensor of the same shape lands at the old address: it is scored from its own content."""
+    d = pc.Concrete(0.1, logits=5 * torch.randn(64, 50, generator=torch.Generator().manual_seed(2)))
+    reused = 0
+    for _ in range(40):
+        content = d.rsample().detach().clone()
+        x = d.rsample()
+        address = x.data_ptr()
+        release(x)
+        unrelated = content * 1.0  # a fresh allocation (version counter 0), often at the old address
+        if unrelated.data_ptr() == address:
+            reused += 1
+            _scored_as_its_content(d, unrelated)
+        if x.untyped_storage().nbytes():
+            _scored_as_its_content(d, x)  # what the sample object holds now
+    if reused == 0:
+        pytest.skip("the allocator never reused the address")
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_an_exp_concrete_sample_edited_through_data_is_never_nan(validate):
+    d = pc.ExpConcrete(0.5, logits=LOGITS, validate_args=validate)
+    y = d.rsample()
+    exact = d.log_prob(y)
+    y.data[0, 1] = -math.inf  # a boundary point of log Δ, behind the version counter
+    if validate:
+        with pytest.raises(ValueError, match="support"):
+            d.log_prob(y)
+        return
+    scored = d.log_prob(y)
+    assert scored[0].item() == -math.inf
+    torch.testing.assert_close(scored[1], exact[1], rtol=1e-12, atol=0)
+
+
+# ----------------------------------------------------------------------------- gradients reach the sample
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_log_prob_of_an_own_sample_is_differentiable_with_respect_to_the_sample(name):
+    """torch.autograd.grad(log_prob(z), z) for a non-leaf own sample equals the gradient at a leaf
+    copy of it (interior points: T = 0.7, moderate logits), and the gradient with respect to the
+    logits is unchanged: that of the density computed from the carried coordinates."""
+    from pyro_concrete import _carry, _numerics
+
+    logits = torch.randn(50, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    d = getattr(pc, name)(0.7, logits=logits)
+    z = d.rsample()
+    assert not z.is_leaf and ((z > 0) & (z < 1)).all()
+    (by_sample,) = torch.autograd.grad(d.log_prob(z).sum(), z, retain_graph=True)
+    leaf = z.detach().clone().requires_grad_()
+    (by_leaf,) = torch.autograd.grad(d.log_prob(leaf).sum(), leaf)
+    torch.testing.assert_close(by_sample, by_leaf, rtol=1e-9, atol=1e-9)
+
+    (by_logits,) = torch.autograd.grad(d.log_prob(z).sum(), logits, retain_graph=True)
+    y = _carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
+    density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
+    (expected,) = torch.autograd.grad(density(y, d.logits, d._t).sum(), logits)
+    torch.testing.assert_close(by_logits, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete", "ConcreteStraightThrough", "BinConcreteStraightThrough"])
+def test_gradients_stay_exact_where_the_sample_underflowed(name):
+    """float32, T = 0.05, logits over [-50, 50]: the sample has exact zeros (ones); the gradient with
+    respect to the logits is exactly that through the carried coordinates, and the gradient with
+    respect to the sample is finite (zero where it underflowed)."""
+    from pyro_concrete import _carry, _numerics
+
+    logits = torch.linspace(-50, 50, 60).reshape(10, 6).requires_grad_()
+    d = getattr(pc, name)(0.05, logits=logits)
+    z = d.rsample((20,))
+    relaxed = name.replace("StraightThrough", "")
+    kind = ("straight_through_" if relaxed != name else "") + ("log" if relaxed == "Concrete" else "logit")
+    y = _carry.recall(z, (kind,))
+    if relaxed == "Concrete":
+        assert (torch.exp(y) == 0).any()
+    else:
+        assert ((torch.sigmoid(y) == 0) | (torch.sigmoid(y) == 1)).any()
+    (by_logits, by_sample) = torch.autograd.grad(d.log_prob(z).sum(), [logits, z], retain_graph=True)
+    density = _numerics.concrete_log_prob if relaxed == "Concrete" else _numerics.bin_concrete_log_prob
+    (expected,) = torch.autograd.grad(density(y, d.logits, d._t).sum(), logits)
+    assert torch.isfinite(by_logits).all() and torch.isfinite(by_sample).all()
+    torch.testing.assert_close(by_logits, expected, rtol=1e-5, atol=1e-3)
+
+
+def test_a_detached_alias_that_requires_grad_sends_no_gradient_to_the_sampler():
+    logits = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    d = pc.Concrete(0.5, logits=logits)
+    z = d.rsample()
+    alias = z.detach().requires_grad_()  # same memory, carried; not on the sampler's graph
+    lp = d.log_prob(alias).sum()
+    (by_logits, by_alias) = torch.autograd.grad(lp, [logits, alias])
+    leaf = z.detach().clone().requires_grad_()
+    (leaf_logits, by_leaf) = torch.autograd.grad(d.log_prob(leaf).sum(), [logits, leaf])
+    torch.testing.assert_close(by_alias, by_leaf, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(by_logits, leaf_logits, rtol=1e-9, atol=1e-9)  # the density's own dependence only
+
+
+# ----------------------------------------------------------------------------- Pyro's generic machinery
+
+
+@pytest.mark.parametrize("name", ["ConcreteStraightThrough", "BinConcreteStraightThrough", "Concrete", "BinConcrete"])
+@pytest.mark.parametrize("base_batch, batch", [((), (5, 2)), ((3, 1), (2, 3, 4))], ids=["leading", "interstitial"])
+def test_pyro_expanded_distribution_carries_the_coordinates(name, base_batch, batch):
+    """Pyro's generic ExpandedDistribution (TorchDistribution.expand's fallback) draws with the base's
+    sampler and permutes/reshapes the draw: its samples are still scored exactly (T = 0.05, logits
+    over [-20, 20]: the relaxed samples underflow, so a value scored from its content would not be)."""
+    from pyro.distributions.torch_distribution import ExpandedDistribution, TorchDistribution
+
+    event = (4,) if name.startswith("Concrete") else ()
+    logits = torch.linspace(-20.0, 20.0, math.prod(base_batch + event) or 1).reshape(base_batch + event)
+    base = getattr(pc, name)(0.05, logits=logits)
+    large = TorchDistribution.expand(base, torch.Size(batch))
+    assert isinstance(large, ExpandedDistribution)
+    value = large.rsample((7,))
+    scored = large.log_prob(value)
+    assert scored.shape == (7,) + batch and torch.isfinite(scored).all()
+
+
+@pytest.mark.parametrize("name", ["Concrete", "ExpConcrete", "ConcreteStraightThrough", "BinConcrete", "LogitBinConcrete", "BinConcreteStraightThrough"])
+def test_infer_shapes_agrees_with_the_distribution(name):
+    n_ary = name.startswith(("Concrete", "ExpConcrete"))
+    # temperature is a batch parameter: it broadcasts with the logits' batch shape
+    cases = [((), (3, 5)), ((3,), (3, 5)), ((2, 1), (3, 5))] if n_ary else [((), (3, 5)), ((5,), (3, 5)), ((2, 1, 1), (3, 1))]
+    for temperature_shape, logits_shape in cases:
+        cls = getattr(pc, name)
+        batch_shape, event_shape = cls.infer_shapes(temperature=temperature_shape, logits=logits_shape)
+        d = cls(torch.ones(temperature_shape), logits=torch.zeros(logits_shape))
+        assert (batch_shape, event_shape) == (d.batch_shape, d.event_shape)
+        assert cls.infer_shapes(temperature=temperature_shape, probs=logits_shape) == (d.batch_shape, d.event_shape)

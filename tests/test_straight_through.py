@@ -1,6 +1,7 @@
 """Straight-through Concrete (ConcreteStraightThrough, BinConcreteStraightThrough): values exactly
 discrete, gradients those of the relaxed sample, log_prob the relaxed density of the sample behind
-the value -- also for copies of it -- and SVI recovering a known probability (pyro#2629)."""
+the value -- for the sample itself, never for a copy or user data, which raise -- a Concrete prior
+scoring the sample by that relaxed sample, and SVI recovering a known probability (pyro#2629)."""
 
 import numpy as np
 import pytest
@@ -17,6 +18,11 @@ PAIRS = {
 CASES = [("ConcreteStraightThrough", t, logits) for t, logits in N_ARY_SPECS] + [
     ("BinConcreteStraightThrough", t, logits) for t, logits in BINARY_SPECS
 ]
+
+
+# Same problem and tolerance as tests/test_svi.py: the guide's logits reach the prior's
+PRIOR_LOGITS = np.array([1.0, -0.5, 0.3, -1.0])
+RECOVERY_TOLERANCE = 0.05
 
 
 def _id(case):
@@ -47,15 +53,17 @@ def test_values_are_exactly_the_hardened_relaxed_sample(backend, case, dtype):
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
-def test_log_prob_is_the_relaxed_density_of_the_sample_and_of_its_copies(backend, case, dtype):
+def test_log_prob_is_the_relaxed_density_of_the_sample(backend, case, dtype):
+    """Scored where it was drawn (NumPyro: inside the jitted computation), by the straight-through
+    distribution and by its relaxed parent, the value gets the relaxed density of the relaxed sample
+    drawn with the same noise."""
     name, t, logits = case
     d, relaxed = _make(backend, name, t, logits, dtype), _make(backend, PAIRS[name][1], t, logits, dtype)
-    value = backend.sample(d, (200,), seed=5)
-    expected = backend.numpy(relaxed.log_prob(backend.sample(relaxed, (200,), seed=5)))
+    _, (own, by_relaxed) = backend.score_samples(d, [relaxed], (200,), seed=5)
+    _, (expected,) = backend.score_samples(relaxed, (), (200,), seed=5)
     assert np.isfinite(expected).all()
-    assert_close(backend.numpy(d.log_prob(value)), expected, dtype)
-    for copy in backend.copies(value):
-        assert_close(backend.numpy(d.log_prob(copy)), expected, dtype)
+    assert_close(own, expected, dtype)
+    assert_close(by_relaxed, expected, dtype)
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
@@ -66,6 +74,55 @@ def test_log_prob_of_a_value_that_is_no_sample_raises(backend, name):
     other = np.roll(value, 1, axis=-1) if name == "ConcreteStraightThrough" else 1.0 - value
     with pytest.raises(ValueError, match="not a sample"):
         d.log_prob(backend.array(other))
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_copies_and_equal_user_data_raise_while_the_sample_lives(backend, name):
+    """The sample's discrete content alone cannot say which relaxed sample is behind a value: a copy
+    of a live sample, and user data equal to exactly one live sample, raise instead of borrowing
+    that sample's density (formerly a copy was matched by content)."""
+    d = _make(backend, name, 0.5, np.array([2.0, -1.0, 0.5, 0.0]))
+    content = backend.numpy(backend.sample(d, (), seed=4))  # user data equal to the sample drawn below
+    for make_value in [*(lambda x, i=i: backend.copies(x)[i] for i in range(3)), lambda x: backend.array(content)]:
+
+        def score_a_value_like_the_sample():
+            sample = backend.sample(d, (), seed=4)
+            d.log_prob(sample)  # the sample itself is scored
+            return d.log_prob(make_value(sample))
+
+        with pytest.raises(ValueError, match="not a sample"):
+            backend.in_trace(score_a_value_like_the_sample)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if np.isscalar(c[1])], ids=_id)
+def test_a_concrete_prior_scores_the_sample_by_the_relaxed_sample_behind_it(backend, case, dtype):
+    """A relaxed prior (Concrete, BinConcrete) with a straight-through guide: the prior scores the
+    discrete value by the relaxed sample behind it -- finite, as the guide's own log_prob -- where
+    the discrete value itself is a vertex of the simplex (or 0/1), with an infinite density."""
+    name, t, logits = case
+    prior_logits = np.linspace(-1.0, 1.0, np.size(logits)).reshape(np.shape(logits))
+    d = _make(backend, name, t, logits, dtype)
+    prior = _make(backend, PAIRS[name][1], 2 * t, prior_logits, dtype)
+    relaxed = _make(backend, PAIRS[name][1], t, logits, dtype)
+    _, (_, by_prior) = backend.score_samples(d, [prior], (100,), seed=2)
+    _, (_, expected) = backend.score_samples(relaxed, [prior], (100,), seed=2)
+    assert np.isfinite(expected).all()
+    assert_close(by_prior, expected, dtype)
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_svi_with_a_relaxed_prior_and_a_straight_through_guide_has_finite_losses(backend, name):
+    event = 1 if name == "BinConcreteStraightThrough" else 0
+
+    def model():
+        backend.site("z", _make(backend, PAIRS[name][1], 0.5, PRIOR_LOGITS).to_event(event))
+
+    def guide():
+        phi = backend.param("phi", 5 * PRIOR_LOGITS)  # confident: the relaxed sample is near a vertex
+        backend.site("z", getattr(backend.lib, name)(0.1, logits=phi).to_event(event))
+
+    losses, _ = backend.svi(model, guide, steps=20, lr=0.01, seed=0)
+    assert np.all(np.isfinite(losses))
 
 
 def _objective(backend, cls_name, logits, t, weights):
@@ -87,9 +144,6 @@ def test_gradients_are_those_of_the_relaxed_sample(backend, case):
         assert np.abs(g_st).max() > 1e-4
 
 
-# Same problem and tolerance as tests/test_svi.py: the guide's logits reach the prior's
-PRIOR_LOGITS = np.array([1.0, -0.5, 0.3, -1.0])
-RECOVERY_TOLERANCE = 0.05
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -116,15 +170,3 @@ def test_test_time_limit_is_the_discrete_distribution(backend, name):
     limit = _make(backend, name, 0.5, logits).discrete()
     expected = softmax(logits) if name == "ConcreteStraightThrough" else expit(logits)
     np.testing.assert_allclose(backend.numpy(limit.probs), expected, rtol=1e-12)
-
-
-@pytest.mark.parametrize("name", list(PAIRS))
-def test_an_ambiguous_copy_raises_instead_of_guessing(backend, name):
-    """Two live samples with the same discrete value: a copy of either could be of both."""
-    d = _make(backend, name, 0.5, np.zeros(2))  # two categories / two binary variables: values collide
-    samples = [backend.sample(d, (), seed=seed) for seed in range(8)]
-    values = [tuple(np.ravel(backend.numpy(s))) for s in samples]
-    twin = next(i for i, v in enumerate(values) if values.count(v) > 1)
-    assert np.isfinite(backend.numpy(d.log_prob(samples[twin]))).all()  # the sample itself is still scored
-    with pytest.raises(ValueError, match="nor a copy of exactly one live sample"):
-        d.log_prob(backend.copies(samples[twin])[0])

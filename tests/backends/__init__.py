@@ -16,6 +16,8 @@ An adapter provides:
 ``copies(x)``                       copies of a value, as users make them (``clone()``, ``x * 1.0``)
 ``sample(d, sample_shape, seed)``   a (reparameterized where possible) sample
 ``uniforms(d, sample_shape, seed)`` the Uniform(0, 1) noise ``sample`` used for that seed (float64)
+``in_trace(fn, *args)``              ``fn(*args)`` as the PPL runs a model: NumPyro inside ``jax.jit``
+                                    (where samples carry their coordinates), Pyro eagerly; NumPy out
 ``score_samples(d, scorers, sample_shape, seed)``
                                     a sample of ``d`` and its log_prob under ``d`` and each scorer
                                     (NumPyro: inside one jitted function)
@@ -49,6 +51,14 @@ An adapter provides:
                                     the loss (default Trace_ELBO) for that seed
 ``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed)``
                                     the library's helper, seeded, with NumPy params
+
+Host generic suite (``tests/test_host_generic.py``):
+
+``pickle_round_trip(d)``            ``d`` saved and loaded back as the PPL's users do (Pyro:
+                                    ``torch.save``/``torch.load``, NumPyro: ``pickle``)
+``traced_round_trips(make)``        {label: the distribution ``make()`` builds, after a pytree round
+                                    trip}: NumPyro ``tree_unflatten(tree_flatten)``, returned from
+                                    ``jax.jit``, built in ``jax.lax.map`` (first slice); Pyro skips
 """
 
 import importlib

@@ -1,25 +1,23 @@
 """The NumPyro adapter (see ``tests/backends/__init__.py`` for the protocol).
 
 Every sample draws from ``jax.random.PRNGKey(seed)``; the PPL round trip and SVI run inside
-``jax.jit`` (NumPyro's normal mode), where the values the model sees are tracers.
+``jax.jit`` (NumPyro's normal mode), where the values the model sees are tracers. JAX's x64 mode is
+set per test by ``tests/conftest.py``: off for float32 cases, as a float32 user runs them.
 """
 
 import functools
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.infer.autoguide as autoguides
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO
 
-jax.config.update("jax_enable_x64", True)  # the suite runs float64 cases next to float32 ones
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import numpyro  # noqa: E402
-import numpyro.infer.autoguide as autoguides  # noqa: E402
-from numpyro import handlers  # noqa: E402
-from numpyro.distributions.transforms import biject_to  # noqa: E402
-from numpyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO  # noqa: E402
-
-import numpyro_concrete  # noqa: E402
-from numpyro_concrete import _numerics  # noqa: E402
+import numpyro_concrete
+from numpyro_concrete import _numerics
 from tests.backends import Run, Site
 
 _DTYPES = {"float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
@@ -61,6 +59,10 @@ class Backend:
     @staticmethod
     def _uniforms(d, sample_shape, key):
         return np.asarray(_numerics.uniform(key, d.shape(sample_shape), d.logits.dtype), dtype=np.float64)
+
+    def in_trace(self, fn, *args):
+        """``fn(*args)`` inside ``jax.jit``, as NumPyro runs a model; the result as NumPy."""
+        return jax.tree_util.tree_map(np.asarray, jax.jit(fn)(*args))
 
     def score_samples(self, d, scorers=(), sample_shape=(), seed=0):
         value, log_probs = _score_samples(d, tuple(scorers), tuple(sample_shape), jax.random.PRNGKey(seed))
@@ -195,6 +197,27 @@ class Backend:
             model, guide, *args, num_particles=num_particles, plate=plate, params=params, rng_key=jax.random.PRNGKey(seed)
         )
         return np.asarray(bound)
+
+    # ---- host generic suite
+
+    def pickle_round_trip(self, d):
+        """``d`` saved and loaded back as users save NumPyro objects (``pickle``, highest protocol)."""
+        import pickle
+
+        return pickle.loads(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def traced_round_trips(self, make):
+        """The distribution ``make()`` builds, after each pytree round trip JAX puts distributions
+        through: {"tree_unflatten": unflatten(flatten(d)), "jit": built inside and returned from
+        ``jax.jit``, "lax.map": built inside ``jax.lax.map`` (3 iterations; its first slice)}."""
+        d = make()
+        leaves, treedef = jax.tree_util.tree_flatten(d)
+        mapped = jax.lax.map(lambda _: make(), jnp.ones(3))
+        return {
+            "tree_unflatten": jax.tree_util.tree_unflatten(treedef, leaves),
+            "jit": jax.jit(lambda _: make())(0),
+            "lax.map": jax.tree_util.tree_map(lambda leaf: leaf[0], mapped),
+        }
 
 
 # Module-level jitted functions: distributions are pytrees, so these compile once per distribution

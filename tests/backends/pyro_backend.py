@@ -53,6 +53,11 @@ class Backend:
         like = d.logits.detach()
         return _numerics.uniform(d.shape(torch.Size(sample_shape)), like).double().numpy()
 
+    def in_trace(self, fn, *args):
+        """``fn(*args)``, eagerly as Pyro runs a model; the result as NumPy."""
+        out = fn(*args)
+        return [self.numpy(o) for o in out] if isinstance(out, (tuple, list)) else self.numpy(out)
+
     def score_samples(self, d, scorers=(), sample_shape=(), seed=0):
         value = self.sample(d, sample_shape, seed)
         return self.numpy(value), [self.numpy(s.log_prob(value)) for s in (d, *scorers)]
@@ -197,3 +202,22 @@ class Backend:
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
         bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params)
         return self.numpy(bound)
+
+    # ---- host generic suite
+
+    def pickle_round_trip(self, d):
+        """``d`` saved and loaded back as Pyro's test_pickle does (``torch.save`` with the highest
+        pickle protocol, ``torch.load(weights_only=False)``)."""
+        import io
+        import pickle
+
+        buffer = io.BytesIO()
+        torch.save(d, buffer, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=False)
+
+    def traced_round_trips(self, make):
+        """JAX pytree round trips: no Pyro counterpart (its round trip is ``pickle_round_trip``)."""
+        import pytest
+
+        pytest.skip("Pyro distributions are not pytrees; Pyro's round trip is pickling (pickle_round_trip)")
