@@ -6,7 +6,9 @@ timed call, as in a model whose logits come from a network.
 
 torch: ours (Pyro backend) with validation on (Pyro's default) and off; torch.distributions'
 RelaxedOneHotCategorical / ExpRelaxedCategorical / RelaxedBernoulli / LogitRelaxedBernoulli, same;
-a hand-written floor of the same math; the memory-traffic floor (noise and one softmax / sigmoid).
+a hand-written floor of the same math (the n-ary density centred, as ours computes it: the
+uncentred form is wrong in float32 at high temperature and many categories); the memory-traffic
+floor (noise and one softmax / sigmoid).
 JAX (all under ``jax.jit``): ours (NumPyro backend) with validation on (NumPyro 0.22's default) and
 off; TensorFlow Probability's JAX substrate (RelaxedOneHotCategorical, ExpRelaxedOneHotCategorical,
 RelaxedBernoulli, and Logistic for the logit node; TFP validates nothing by default); a
@@ -48,8 +50,8 @@ def _torch_floor(name):
         if name == "Concrete":
             torch.exp(y)  # the sample itself, x = exp(y), as rsample returns it
         k = a.shape[-1]
-        b = a - T * y
-        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + b.sum(-1) - k * b.logsumexp(-1)
+        b = a - T * (y - y.detach().amin(-1, keepdim=True))  # centred: exact in float32 (see _numerics)
+        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + log_softmax(b).sum(-1)
         return (log_prob - y.sum(-1)).sum() if name == "Concrete" else log_prob.sum()
 
     def binary(a):
@@ -124,8 +126,8 @@ def _jax_floor(name):
         u = jnp.maximum(jax.random.uniform(key, a.shape), jnp.finfo(a.dtype).tiny)
         y = jax.nn.log_softmax((a - jnp.log(-jnp.log(u))) / T, -1)
         k = a.shape[-1]
-        b = a - T * y
-        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + b.sum(-1) - k * jax.nn.logsumexp(b, -1)
+        b = a - T * (y - jax.lax.stop_gradient(y.min(-1, keepdims=True)))  # centred, as ours
+        log_prob = math.lgamma(k) + (k - 1) * math.log(T) + jax.nn.log_softmax(b, -1).sum(-1)
         return (log_prob - y.sum(-1)).sum() if name == "Concrete" else log_prob.sum()
 
     def binary(a, key):

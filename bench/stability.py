@@ -200,7 +200,7 @@ def measure_jax(subject, t, k, dtype, num_draws):
         sample = q.sample(key, (num_draws,)) if subject.label.startswith(("numpyro", "numpyro_concrete")) else q.sample(num_draws, seed=key)
         return q.log_prob(sample).sum()
 
-    grad = jax.grad(total)(logits)
+    grad = jax.jit(jax.grad(total))(logits)  # compiled once, as in SVI (op-by-op dispatch is slow)
     return actual, expected, rejected, not bool(jnp.isfinite(grad).all())
 
 

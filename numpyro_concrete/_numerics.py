@@ -5,9 +5,12 @@ the unit interval. A Concrete sample at low temperature underflows to exact zero
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
 ``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
 Boundary branches are evaluated on inputs that are finite for them, so that ``jnp.where`` never
-multiplies a zero cotangent by an infinite derivative (no NaN under ``jax.grad``).
+multiplies a zero cotangent by an infinite derivative (no NaN under ``jax.grad``). The kernels are
+jitted: an eager call compiles one program per shape instead of one per primitive, and inside an
+outer ``jit`` they are inlined.
 """
 
+import functools
 import math
 
 import jax
@@ -39,12 +42,14 @@ def logistic(key, shape, dtype):
 # ----------------------------------------------------------------------------- n-ary Concrete
 
 
+@functools.partial(jax.jit, static_argnums=3)
 def exp_concrete_sample(key, logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
     scores = (logits + gumbel(key, shape, logits.dtype)) / temperature[..., None]
     return jax.nn.log_softmax(scores, axis=-1)
 
 
+@jax.jit
 def exp_concrete_log_prob_interior(y, logits, temperature):
     """log κ(y) (appendix C.3) for y with finite entries: log (K-1)! + (K-1) log t + Σ_k b_k
     - K logsumexp_k b_k, with b_k = log a_k - t y_k.
@@ -63,6 +68,7 @@ def exp_concrete_log_prob_interior(y, logits, temperature):
     )
 
 
+@jax.jit
 def exp_concrete_log_prob(y, logits, temperature):
     """log κ(y) for any y in log Δ: points on its boundary (some y_k = -inf) get -inf."""
     at_infinity = jnp.isneginf(y)
@@ -71,11 +77,13 @@ def exp_concrete_log_prob(y, logits, temperature):
     return jnp.where(at_infinity.any(-1), -jnp.inf, result)
 
 
+@jax.jit
 def concrete_log_prob(y, logits, temperature):
     """Concrete log density (eq. 11) at x = exp(y), for y with finite entries: log κ(y) - Σ_k y_k."""
     return exp_concrete_log_prob_interior(y, logits, temperature) - y.sum(-1)
 
 
+@jax.jit
 def concrete_log_prob_at_boundary(y, logits, temperature):
     """Concrete log density (eq. 11) at x = exp(y), where y may hold -inf (x_k = 0 exactly).
 
@@ -110,11 +118,13 @@ def concrete_log_prob_at_boundary(y, logits, temperature):
 # ----------------------------------------------------------------------------- binary Concrete
 
 
+@functools.partial(jax.jit, static_argnums=3)
 def logit_bin_concrete_sample(key, logits, temperature, shape):
     """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
     return (logits + logistic(key, shape, logits.dtype)) / temperature
 
 
+@jax.jit
 def logit_bin_concrete_log_prob(y, logits, temperature):
     """log g(y) = log t + s - 2 log(1 + exp(s)), s = log a - t y (appendix C.3.2).
 
@@ -125,6 +135,7 @@ def logit_bin_concrete_log_prob(y, logits, temperature):
     return jnp.log(temperature) - s - 2 * jnp.log1p(jnp.exp(-s))
 
 
+@jax.jit
 def bin_concrete_log_prob(y, logits, temperature):
     """BinConcrete log density (eq. 17) at x = sigmoid(y), y finite: log g(y) - log x - log(1 - x),
     where -log x - log(1 - x) = |y| + 2 log1p(exp(-|y|))."""
@@ -132,6 +143,7 @@ def bin_concrete_log_prob(y, logits, temperature):
     return logit_bin_concrete_log_prob(y, logits, temperature) + abs_y + 2 * jnp.log1p(jnp.exp(-abs_y))
 
 
+@jax.jit
 def bin_concrete_log_prob_at_boundary(y, logits, temperature):
     """BinConcrete log density (eq. 17) at x = sigmoid(y), where y may be ±inf (x = 0 or 1 exactly).
 
@@ -145,6 +157,7 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
     return jnp.where(at_end, limit, interior)
 
 
+@jax.jit
 def log(x):
     """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
     cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""
@@ -152,6 +165,7 @@ def log(x):
     return jnp.where(zero, -jnp.inf, jnp.log(jnp.where(zero, 1.0, x)))
 
 
+@jax.jit
 def logit(x):
     """log x - log(1 - x), exact for float x in [0, 1]: ±inf at the ends, with a zero gradient there."""
     end = (x == 0) | (x == 1)

@@ -8,6 +8,7 @@ rejects float32 Concrete samples with many categories.
 
 import math
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
@@ -22,14 +23,25 @@ def simplex_tolerance(value):
     return 16 * float(jnp.finfo(jnp.result_type(value)).eps) * (1 + math.log2(num_categories))
 
 
+@jax.jit
+def _in_log_simplex(value):
+    tol = simplex_tolerance(value)
+    return (value <= tol).all(-1) & (jnp.abs(logsumexp(value, axis=-1)) <= tol)
+
+
+@jax.jit
+def _in_simplex(value):
+    tol = simplex_tolerance(value)
+    return (value >= 0).all(-1) & (jnp.abs(value.sum(-1) - 1) <= tol)
+
+
 class _LogSimplex(constraints._SingletonConstraint):
     """log Δ^{K-1} = {y in [-inf, 0]^K : logsumexp_k y_k = 0} (paper appendix F)."""
 
     event_dim = 1
 
     def __call__(self, value):
-        tol = simplex_tolerance(value)
-        return (value <= tol).all(-1) & (jnp.abs(logsumexp(value, axis=-1)) <= tol)
+        return _in_log_simplex(value)
 
     def feasible_like(self, prototype):
         return jnp.full_like(prototype, -math.log(jnp.shape(prototype)[-1]))
@@ -52,8 +64,7 @@ class _Simplex(_KeepsValues, constraints._Simplex):
     """The probability simplex, with a float tolerance from the value's dtype."""
 
     def __call__(self, value):
-        tol = simplex_tolerance(value)
-        return (value >= 0).all(-1) & (jnp.abs(value.sum(-1) - 1) <= tol)
+        return _in_simplex(value)
 
 
 class _UnitInterval(_KeepsValues, constraints._UnitInterval):

@@ -197,7 +197,10 @@ class _Link(torch.autograd.Function):
         # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing (all of g
         # goes to y directly): a bound far below the float maximum, so that the gradients of several
         # densities scoring the same sample cannot overflow when autograd adds them at x
-        gx = torch.where(gx.abs() <= torch.finfo(gx.dtype).max / 1024, gx, 0.0)
+        carried = gx.abs() <= torch.finfo(gx.dtype).max / 1024
+        if bool(carried.all()):  # the common case: all of g reaches y through x (g dy/dx dx/dy = g)
+            return gx, None, None, None
+        gx = torch.where(carried, gx, 0.0)
         delivered = (gx * (1 - relaxed)) * relaxed if ctx.logit else gx * relaxed
         return gx, g - delivered, None, None
 

@@ -94,6 +94,7 @@ def test_copies_and_equal_user_data_raise_while_the_sample_lives(backend, name):
             backend.in_trace(score_a_value_like_the_sample)
 
 
+@pytest.mark.parametrize("dtype", ["float32"])  # where a relaxed sample sits on a vertex: the hard case
 @pytest.mark.parametrize("case", [c for c in CASES if np.isscalar(c[1])], ids=_id)
 def test_a_concrete_prior_scores_the_sample_by_the_relaxed_sample_behind_it(backend, case, dtype):
     """A relaxed prior (Concrete, BinConcrete) with a straight-through guide: the prior scores the

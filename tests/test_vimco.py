@@ -13,7 +13,7 @@ DATA = np.array([0.4, 2.5])
 PRIOR_LOGITS = np.array([0.3, 0.3])
 PHI = np.array([1.5, -1.5])  # the guide's initial logits, away from the optimum
 M = 3
-SEEDS = 4000
+SEEDS = 2000
 
 
 def _problem(backend):
@@ -55,7 +55,7 @@ def _z_scores(samples, expected):
 
 
 def test_vimco_is_unbiased_for_the_bound_and_its_gradient(backend):
-    """4000 seeds: the mean loss and mean gradient within 5 standard errors of -E[L_3] and its exact
+    """2000 seeds: the mean loss and mean gradient within 5 standard errors of -E[L_3] and its exact
     gradient (finite differences of the enumeration); |z| > 5 has probability 6e-7 per check."""
     model, guide = _problem(backend)
     values, grads = backend.loss_samples(model, guide, backend.array(DATA), loss=backend.lib.VIMCO(M, plate="data"),

@@ -189,7 +189,8 @@ class Backend:
 
     def elbo_loss(self, model, guide, *args, seed=0, num_particles=1, loss=None):
         elbo = loss or Trace_ELBO(num_particles=num_particles)
-        return float(elbo.loss(jax.random.PRNGKey(seed), {}, model, guide, *args))
+        # under jit, as SVI evaluates it (one compilation instead of one per operation)
+        return float(jax.jit(lambda key: elbo.loss(key, {}, model, guide, *args))(jax.random.PRNGKey(seed)))
 
     def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
