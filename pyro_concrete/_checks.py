@@ -57,7 +57,7 @@ def logits_bounds(dtype):
 
     A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
     logits + noise approaches it the noise is lost and the samples and their densities are wrong
-    (float32 logits of 1e6: 0.16 nats; of 1e9, a common mask: 13 nats), so |logits| must stay
+    (float32 logits of 1e6, or of 1e9, a common mask, give wrong densities), so |logits| must stay
     below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
     |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
     sums of K coordinates and their products with another temperature stay finite."""

@@ -65,8 +65,8 @@ def exp_concrete_log_prob_interior(y, logits, temperature):
     - K logsumexp_k b_k, with b_k = log a_k - t y_k.
 
     Computed centred, as log (K-1)! + (K-1) log t + Σ_k log_softmax(b)_k -- a sum of terms of one
-    sign, where Σ_k b_k - K logsumexp_k b_k cancels (at K = 1e5, T = 1e3 the two are 1e9 in float32,
-    an ulp of 128 nats) -- and with b taken from y - min_k y_k: κ does not change when y is shifted,
+    sign, where Σ_k b_k - K logsumexp_k b_k cancels (at K = 1e5, T = 1e3 the two can reach 1e9, where
+    float32 values are 64 or 128 apart) -- and with b taken from y - min_k y_k: κ does not change when y is shifted,
     and at high temperature the y_k agree in their leading digits, which t y_k would scale up."""
     num_categories = y.shape[-1]
     centred = y - y.detach().amin(-1, keepdim=True)  # >= 0, so b <= logits: no +inf in b
