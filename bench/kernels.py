@@ -14,6 +14,10 @@ off; TensorFlow Probability's JAX substrate (RelaxedOneHotCategorical, ExpRelaxe
 RelaxedBernoulli, and Logistic for the logit node; TFP validates nothing by default); a
 hand-written floor; the memory-traffic floor.
 
+``--content-check``: instead, the cost of the alternative to the sentinel rows by which ``pyro_concrete``
+detects edits of a sample that bypass torch's version counter (``_carry``): comparing the whole
+sample with a copy on every recall, as a paired ratio of fwd+grad times with validation on.
+
 Run: ``python -m bench.kernels`` (``--quick`` for a short smoke run).
 """
 
@@ -28,8 +32,9 @@ import torch.distributions as td
 
 import numpyro_concrete
 import pyro_concrete
+from pyro_concrete import _carry
 from pyro_concrete._numerics import log_softmax
-from bench.harness import interleaved, machine_line
+from bench.harness import calls_per_block, interleaved, interleaved_times, machine_line
 
 WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000)}
 NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
@@ -247,6 +252,59 @@ def run(workloads, names, repetitions, seconds):
     return results
 
 
+# ----------------------------------------------------------------------------- content check
+
+
+def _compared_in_full(cls):
+    """``cls`` with every sample compared in full with a copy of it on each recall, instead of the
+    sentinel rows ``pyro_concrete`` compares (``_carry``): the alternative design, timed here only."""
+
+    class ComparedInFull(cls):
+        def _attach(self, value, coordinates, kind):
+            value = super()._attach(value, coordinates, kind)
+            entry = _carry._entries.get(value.untyped_storage()._cdata)
+            if entry is not None:
+                entry.copy = value.detach().clone()
+            return value
+
+    return ComparedInFull
+
+
+def content_check(workloads, names, repetitions, seconds):
+    """fwd+grad with validation on, the whole sample compared on every recall over sentinel rows
+    compared (as shipped): median and quartiles of the paired ratio over interleaved repetitions."""
+    print(machine_line())
+    print(f"# torch, d.log_prob(d.rsample()).sum() fwd+grad, validation on, temperature {T}, float32; "
+          f"ratio in each of {repetitions} interleaved repetitions")
+    print("\n| workload | distribution | full comparison / sentinel rows: median | quartiles |")
+    print("|---|---|---|---|")
+    results = {}
+    for workload in workloads:
+        for name in names:
+            logits = torch.randn(WORKLOADS[workload])
+            if name in ("BinConcrete", "LogitBinConcrete"):
+                logits = logits.reshape(logits.shape[0], -1)
+            leaf = logits.clone().requires_grad_()
+
+            def timed(cls):
+                def call():
+                    leaf.grad = None
+                    d = cls(T, logits=leaf, validate_args=True)
+                    d.log_prob(d.rsample()).sum().backward()
+
+                return call
+
+            cls = getattr(pyro_concrete, name)
+            contestants = {"full": timed(_compared_in_full(cls)), "sentinels": timed(cls)}
+            calls = {label: calls_per_block(fn, seconds) for label, fn in contestants.items()}
+            times = interleaved_times(contestants, repetitions, calls)
+            ratios = np.array(times["full"]) / np.array(times["sentinels"])
+            low, median, high = np.percentile(ratios, [25, 50, 75])
+            results[(workload, name)] = float(median)
+            print(f"| {workload} {WORKLOADS[workload]} | {name} | {median:.3f} | {low:.3f}–{high:.3f} |")
+    return results
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="W3 only, 2 short repetitions")
@@ -254,11 +312,18 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=0.2, help="length of a timed block")
     parser.add_argument("--workload", action="append", choices=list(WORKLOADS), help="default: all")
     parser.add_argument("--distribution", action="append", choices=list(NAMES), help="default: all")
+    parser.add_argument(
+        "--content-check", action="store_true",
+        help="instead: what comparing the whole sample on every recall would cost over sentinel rows (torch)",
+    )
     args = parser.parse_args(argv)
     workloads = args.workload or list(WORKLOADS)
     if args.quick:
         workloads, args.repetitions, args.seconds = ["W3"], 2, 0.01
     torch.set_num_threads(torch.get_num_threads())
+    if args.content_check:
+        repetitions = args.repetitions if args.quick or args.repetitions != 7 else 21
+        return content_check(workloads, args.distribution or list(NAMES), repetitions, min(args.seconds, 0.1))
     return run(workloads, args.distribution or list(NAMES), args.repetitions, args.seconds)
 
 

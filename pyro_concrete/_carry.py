@@ -18,10 +18,12 @@ Invariants of the registry (one entry per storage):
   ``untyped_storage().resize_()`` move or free it); the sample tensor is alive and neither it nor
   ``y`` was modified in place (version counters, which views and ``detach()`` share); the memory
   still holds what the sampler wrote -- edits that bypass the version counter (``x.data.copy_()``,
-  writes through ``x.numpy()`` or a DLPack alias) are caught by comparing the whole sample with a
-  copy when the sampling distribution validates (Pyro's default), and a few sentinel rows
-  (elements) otherwise; and the value's geometry maps onto the sample's (the sample itself, or a
-  view of it whose events are events of the sample: ``detach``, ``expand``, batch slices,
+  writes through ``x.numpy()`` or a DLPack alias) are caught where they touch one of 4 sentinel
+  rows (16 elements for the binary kinds) spread from the first to the last, compared on every
+  recall at O(1) cost (a comparison of the whole sample costs more than 3 %:
+  ``python -m bench.kernels --content-check``); an edit through such an alias that spares every
+  sentinel is not seen (README, Numerics); and the value's geometry maps onto the sample's (the
+  sample itself, or a view of it whose events are events of the sample: ``detach``, ``expand``, batch slices,
   ``ExpandedDistribution``'s ``permute``/``reshape``). The coordinates returned are ``y`` viewed the
   same way.
 - **Otherwise** nothing is returned, and the value is scored from ``log x`` (exact wherever x did
@@ -44,7 +46,7 @@ _SENTINEL_ELEMENTS = 16
 class _Entry:
     __slots__ = (
         "storage", "data_ptr", "nbytes", "sample", "version", "coordinates", "coordinates_version", "kind",
-        "owns_storage", "copy", "sentinel_index", "sentinels",
+        "owns_storage", "copy", "sentinel_step", "sentinels",
     )
 
 
@@ -63,14 +65,14 @@ def _rows(flat_sample, kind, num_categories):
     return flat_sample.view(-1, num_categories) if kind in _N_ARY else flat_sample
 
 
-def attach(value, coordinates, kind, verify=False):
+def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
     (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
     ``"straight_through_log"`` / ``"straight_through_logit"``: a straight-through value whose relaxed
     sample is exp / sigmoid of the coordinates; ``"log_simplex"``, ``"real"``: ``value`` is an
     ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
     None, so that ``log_prob`` may skip the boundary check and the validation of the value).
-    ``verify``: compare the whole sample on every recall (else sentinel rows). Returns value."""
+    Returns value."""
     try:
         storage = value.untyped_storage()
         key = storage._cdata
@@ -91,16 +93,29 @@ def attach(value, coordinates, kind, verify=False):
         value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
     )
     sample = value.detach()
-    entry.copy = entry.sentinel_index = entry.sentinels = None
-    if verify or not entry.owns_storage or value.numel() == 0:
+    entry.copy = entry.sentinel_step = entry.sentinels = None
+    if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
         entry.copy = sample.clone()
-    else:
+    else:  # rows spread evenly from the first to (about) the last, by slicing: no index tensor
         rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
         count = _SENTINEL_ROWS if kind in _N_ARY else _SENTINEL_ELEMENTS
-        index = torch.linspace(0, rows.shape[0] - 1, min(count, rows.shape[0]), device=value.device).long()
-        entry.sentinel_index, entry.sentinels = index, rows[index].clone()
+        entry.sentinel_step = max(1, (rows.shape[0] - 1) // (count - 1))
+        entry.sentinels = rows[:: entry.sentinel_step][:count].clone()
     _entries[key] = entry
     return value
+
+
+_INTEGER_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _same_bits(tensor, copy):
+    """Whether ``tensor`` holds exactly the bits of ``copy`` (same geometry): xor as integers, then one
+    reduction, no boolean tensor (torch's CPU kernels for those are not vectorized)."""
+    if tensor.numel() == 0:
+        return True
+    integer = _INTEGER_OF_SIZE[tensor.element_size()]
+    low, high = torch.aminmax(tensor.view(integer) ^ copy.view(integer))
+    return int(low) == 0 and int(high) == 0
 
 
 def _unchanged(entry, sample):
@@ -109,9 +124,9 @@ def _unchanged(entry, sample):
         return True
     detached = sample.detach()
     if entry.copy is not None:
-        return torch.equal(detached, entry.copy)
+        return _same_bits(detached, entry.copy)
     rows = _rows(detached.reshape(-1), entry.kind, sample.shape[-1] if sample.dim() else 1)
-    return torch.equal(rows[entry.sentinel_index], entry.sentinels)
+    return torch.equal(rows[:: entry.sentinel_step][: entry.sentinels.shape[0]], entry.sentinels)
 
 
 def _view(entry, sample, value, coordinates):
@@ -191,18 +206,34 @@ class _Link(torch.autograd.Function):
         y, relaxed = ctx.saved_tensors
         if relaxed is None:  # a straight-through value: the relaxed sample is not in its memory
             relaxed = torch.sigmoid(y) if ctx.logit else torch.exp(y)
-        # dx/dy as the backward of exp (grad * result) and sigmoid (grad * (1 - result) * result) computes it
-        slope = (1 - relaxed) * relaxed if ctx.logit else relaxed
+        # dx/dy as the backward of exp (grad * result) and sigmoid (grad * (1 - result) * result)
+        # computes it; sigmoid_backward(1, x) is (1 - x) x in one pass
+        if ctx.logit:
+            slope = torch.ops.aten.sigmoid_backward(relaxed.new_ones(()).expand_as(relaxed), relaxed)
+        else:
+            slope = relaxed
         gx = g / slope
-        # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing (all of g
-        # goes to y directly): a bound far below the float maximum, so that the gradients of several
-        # densities scoring the same sample cannot overflow when autograd adds them at x
-        carried = gx.abs() <= torch.finfo(gx.dtype).max / 1024
-        if bool(carried.all()):  # the common case: all of g reaches y through x (g dy/dx dx/dy = g)
+        if g.numel() == 0 or _bounded(gx):  # all of g reaches y through x (g dy/dx dx/dy = g)
             return gx, None, None, None
-        gx = torch.where(carried, gx, 0.0)
-        delivered = (gx * (1 - relaxed)) * relaxed if ctx.logit else gx * relaxed
-        return gx, g - delivered, None, None
+        # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing and the
+        # rest of g goes to y directly: the bound keeps the gradients of several densities scoring
+        # the same sample from overflowing when autograd adds them at x. No boolean tensors on the
+        # common path: torch's CPU kernels for them are several times slower than arithmetic.
+        gx = torch.nan_to_num(gx, nan=0.0, posinf=0.0, neginf=0.0)
+        if not _bounded(gx):
+            gx = torch.where(gx.abs() <= _bound(gx), gx, 0.0)
+        return gx, torch.addcmul(g, gx, slope, value=-1), None, None
+
+
+def _bound(t):
+    return torch.finfo(t.dtype).max / 1024
+
+
+def _bounded(t):
+    """Whether every entry of ``t`` is within ±_bound (False if one is NaN): one reduction."""
+    low, high = torch.aminmax(t)
+    bound = _bound(t)
+    return -bound <= float(low) and float(high) <= bound
 
 
 def scoring_coordinates(value, kinds):

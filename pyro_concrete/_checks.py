@@ -154,8 +154,8 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
         _check_logits(cls_name, logits, temperature)
 
     param_batch_shape = logits.shape[:-1] if categorical else logits.shape
-    try:
-        batch_shape = torch.broadcast_shapes(temperature.shape, param_batch_shape)
+    try:  # torch.broadcast_shapes costs more than the rest of a small distribution's construction
+        batch_shape = param_batch_shape if temperature.dim() == 0 else torch.broadcast_shapes(temperature.shape, param_batch_shape)
     except RuntimeError:
         _fail(
             cls_name,

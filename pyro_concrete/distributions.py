@@ -63,9 +63,8 @@ class _ConcreteFamily(TorchDistribution):
         return y
 
     def _attach(self, value, coordinates, kind):
-        """Carry ``coordinates`` with a sample; a validating distribution has the whole sample
-        compared on every recall (see ``_carry``)."""
-        return _carry.attach(value, coordinates, kind, verify=self._validate_args)
+        """Carry ``coordinates`` with a sample (see ``_carry``)."""
+        return _carry.attach(value, coordinates, kind)
 
 
 class _NaryConcrete(_ConcreteFamily):
