@@ -273,12 +273,14 @@ class StopRequests:
 
 
 class Progress:
-    """A tqdm bar with the running (exponentially averaged) loss, or nothing with ``disable``."""
+    """A tqdm bar with the running (exponentially averaged) loss; nothing with ``disable``, or when
+    the output is not a terminal (a log file would fill with carriage returns)."""
 
     def __init__(self, total, initial, disable):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=initial, disable=disable, dynamic_ncols=True, unit="step")
+        # tqdm's disable=None: off unless stderr is a terminal
+        self.bar = tqdm(total=total, initial=initial, disable=True if disable else None, dynamic_ncols=True, unit="step")
         self.running = None
 
     def update(self, loss):

@@ -117,12 +117,22 @@ def _check_probs(cls_name, probs, categorical, dtype):
         error = np.abs(probs.sum(-1) - 1).max()
         if error > simplex_tolerance(np.zeros(probs.shape[-1:], dtype)):
             _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
-    if (probs == 0).any() or (probs == 1).any():
-        _fail(
-            cls_name,
-            "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
-            "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead",
+    # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
+    if (probs == 0).any() or (not categorical and (probs == 1).any()):
+        _fail(cls_name, _boundary_probs_message(categorical))
+
+
+def _boundary_probs_message(categorical):
+    if categorical:
+        return (
+            "probs must be positive: a probability of exactly 0 is alpha_k = 0, outside the Concrete family "
+            "(every alpha_k must be > 0; a probability that rounds to 1 beside positive ones is fine); to make "
+            "a category negligible, pass logits instead with it a few hundred below the others"
         )
+    return (
+        "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
+        "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead"
+    )
 
 
 def _validate_inputs(cls_name, temperature, logits, probs, categorical, dtype):

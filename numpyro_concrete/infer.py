@@ -19,6 +19,8 @@ from numpyro.primitives import Messenger
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
+_FAMILY_NAMES = frozenset(cls.__name__ for cls in CONCRETE_FAMILY)
+
 __all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
 
 
@@ -50,31 +52,78 @@ def _check_all_latents_discrete(trace, helper):
             )
 
 
+def _check_full_data(trace, helper):
+    """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
+    subsample scaled up to the plate's size, raises."""
+    for site in trace.values():
+        if site["type"] == "plate" and site["value"] is not None:
+            _raise_subsampled(helper, site["name"], len(site["value"]), site["args"][0])
+
+
+def _raise_subsampled(helper, plate, subsample_size, size):
+    if subsample_size < size:
+        raise ValueError(
+            f"{helper} evaluates the whole data set, but plate {plate!r} subsamples {subsample_size} of its "
+            f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
+            "the full plate (subsample_size=None)"
+        )
+
+
+def _scanned_sites(trace):
+    """The latent sites drawn inside ``numpyro.contrib.control_flow.scan``."""
+    return [site for site in _sample_sites(trace) if site.get("_control_flow_done") and not site["is_observed"]]
+
+
+def _check_scan(model, args, kwargs, helper):
+    """``scan`` bodies run with their own handlers: a Concrete-family site there cannot be swapped for
+    its limit; and for the host's own discrete sites there NumPyro's ``TraceEnum_ELBO`` gives a wrong
+    value and ``infer_discrete`` none. Raises for what is not evaluated exactly; returns whether the
+    model scans (``marginal_log_likelihood`` then takes funsor's path, which is exact)."""
+    scanned = _scanned_sites(_trace(model, jax.random.PRNGKey(0), args, kwargs))
+    for site in scanned:
+        if isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY) or helper == "map_assignment":
+            kind = type(unwrap(site["fn"])[0]).__name__
+            raise ValueError(
+                f"{helper}: site {site['name']!r} ({kind}) is drawn inside numpyro.contrib.control_flow.scan, "
+                f"{'whose body keeps its own handlers, so it cannot be swapped for its discrete limit' if kind in _FAMILY_NAMES else 'where NumPyro cannot decode it'}; "
+                "write the loop over time with numpyro.contrib.funsor.markov (a Python loop), which the helpers "
+                "evaluate exactly (map_assignment: the Viterbi path)"
+            )
+    return bool(scanned)
+
+
 def _no_guide(*args, **kwargs):
     pass
 
 
 def marginal_log_likelihood(model, *args, params=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
-    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``.
+    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
+    data set: a subsampled plate raises a ValueError.
 
     :param model: a model whose latent sites are all Concrete-family or enumerable.
     :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
     :returns: a scalar, differentiable with respect to ``params``.
     """
-    from numpyro.contrib.funsor import config_enumerate
+    from numpyro.contrib.funsor import config_enumerate, enum, log_density
 
     model = _with_params(model, params)
+    scans = _check_scan(model, args, kwargs, "marginal_log_likelihood")
     trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
     _check_all_latents_discrete(trace, "marginal_log_likelihood")
-    elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
+    _check_full_data(trace, "marginal_log_likelihood")
+    max_plate_nesting = _max_plate_nesting(trace)
     enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
+    if scans:  # TraceEnum_ELBO is wrong on scan (a wrong finite value); funsor's log density, NUTS's path, is exact
+        return log_density(enum(enumerated, -1 - max_plate_nesting), args, kwargs, {})[0]
+    elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting)
     return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, _no_guide, *args, **kwargs)
 
 
 def map_assignment(model, *args, params=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
-    graph, given the observations (``infer_discrete`` with ``temperature=0``).
+    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
+    set: a subsampled plate raises a ValueError.
 
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
@@ -82,8 +131,10 @@ def map_assignment(model, *args, params=None, **kwargs):
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
     model = _with_params(model, params)
+    _check_scan(model, args, kwargs, "map_assignment")
     trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
     _check_all_latents_discrete(trace, "map_assignment")
+    _check_full_data(trace, "map_assignment")
     swap = DiscreteMessenger(model, mode="enumerate")
     decoded = infer_discrete(
         config_enumerate(swap),
@@ -222,6 +273,8 @@ def _proposal(model, guide, key, args, kwargs, autoguide=None):
     guide_key, model_key = jax.random.split(key)
     guide_trace = _trace(guide, guide_key, args, kwargs)
     model_trace = handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs)
+    for trace in (guide_trace, model_trace):
+        _check_full_data(trace, "discrete_log_likelihood")
     relaxed = _relaxed_latents(model_trace)
     guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
@@ -317,7 +370,7 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
-    of the discrete graph.
+    of the discrete graph. Evaluates the whole data set: a subsampled plate raises a ValueError.
 
     The proposal q, site by site (log q is summed over exactly the sites it draws, auxiliary sites
     included, as in any importance-weighted bound):
@@ -352,6 +405,8 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     proposal_key, key = jax.random.split(rng_key)
     autoguide = guide
     model, guide = _with_params(model, params), _with_params(guide, params)
+    for fn in (model, guide):
+        _check_scan(fn, args, kwargs, "discrete_log_likelihood")
     discretized, hidden, marginals = _proposal(model, guide, proposal_key, args, kwargs, autoguide)
     guide = _marginalize(guide, marginals)
     guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)

@@ -48,7 +48,7 @@ class ConcreteStraightThrough(Concrete):
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
-    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries positive (one may round to 1).
     """
 
     _kind = "straight_through_log"

@@ -35,6 +35,8 @@ import weakref
 
 import torch
 
+from ._tracing import quiet_under_trace
+
 _entries = {}
 
 # the kinds whose last axis is an event (a point of the simplex, or of log Δ)
@@ -65,6 +67,7 @@ def _rows(flat_sample, kind, num_categories):
     return flat_sample.view(-1, num_categories) if kind in _N_ARY else flat_sample
 
 
+@quiet_under_trace
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
     (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
@@ -147,6 +150,7 @@ def _view(entry, sample, value, coordinates):
     return coordinates.as_strided(value.shape, value.stride(), coordinates.storage_offset() + offset)
 
 
+@quiet_under_trace
 def _lookup(value, kinds):
     """(entry, sample, coordinates viewed as the value) for a trusted entry, or None."""
     try:

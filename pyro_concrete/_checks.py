@@ -13,6 +13,7 @@ import numbers
 import torch
 from torch.distributions import Distribution
 
+from ._tracing import quiet_under_trace
 from .constraints import simplex_tolerance
 
 
@@ -103,14 +104,25 @@ def _check_probs(cls_name, probs, categorical):
         error = (probs.sum(-1) - 1).abs().max().item()
         if error > simplex_tolerance(probs):
             _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
-    if (probs == 0).any() or (probs == 1).any():
-        _fail(
-            cls_name,
-            "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
-            "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead",
+    # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
+    if (probs == 0).any() or (not categorical and (probs == 1).any()):
+        _fail(cls_name, _boundary_probs_message(categorical))
+
+
+def _boundary_probs_message(categorical):
+    if categorical:
+        return (
+            "probs must be positive: a probability of exactly 0 is alpha_k = 0, outside the Concrete family "
+            "(every alpha_k must be > 0; a probability that rounds to 1 beside positive ones is fine); to make "
+            "a category negligible, pass logits instead with it a few hundred below the others"
         )
+    return (
+        "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
+        "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead"
+    )
 
 
+@quiet_under_trace
 def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """Returns (temperature, logits, probs or None, batch_shape): logits and probs broadcast to the
     batch shape, temperature only broadcastable to it (a 0-dim temperature keeps the kernels on

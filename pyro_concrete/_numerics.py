@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from ._tracing import quiet_under_trace
+
 
 def uniform(shape, like):
     """U ~ Uniform(0, 1) strictly inside (0, 1).
@@ -44,6 +46,7 @@ def _per_category(temperature):
     return temperature if temperature.dim() == 0 else temperature.unsqueeze(-1)
 
 
+@quiet_under_trace
 def log_softmax(scores):
     """log_softmax along the last axis. torch's CPU kernel is vectorized along that axis only from
     16 entries on; below, the same algorithm in plain ops is faster (forward and backward).
@@ -60,6 +63,7 @@ def exp_concrete_sample(logits, temperature, shape):
     return log_softmax(scores)
 
 
+@quiet_under_trace
 def exp_concrete_log_prob_interior(y, logits, temperature):
     """log κ(y) (appendix C.3) for y with finite entries: log (K-1)! + (K-1) log t + Σ_k b_k
     - K logsumexp_k b_k, with b_k = log a_k - t y_k.

@@ -112,7 +112,7 @@ class Concrete(_NaryConcrete):
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
-    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries positive (one may round to 1).
     """
 
     support = concrete_constraints.simplex
@@ -152,7 +152,7 @@ class ExpConcrete(_NaryConcrete):
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
-    :param probs: alpha / sum(alpha) instead of ``logits``; entries strictly inside (0, 1).
+    :param probs: alpha / sum(alpha) instead of ``logits``; entries positive (one may round to 1).
     """
 
     support = concrete_constraints.log_simplex

@@ -94,13 +94,31 @@ def _check_all_latents_discrete(trace, helper):
             )
 
 
+def _check_full_data(trace, helper):
+    """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
+    subsample scaled up to the plate's size, raises."""
+    for site in trace.nodes.values():
+        if site["type"] == "sample" and type(site["fn"]).__name__ == "_Subsample" and site["value"] is not None:
+            _raise_subsampled(helper, site["name"], len(site["value"]), site["fn"].size)
+
+
+def _raise_subsampled(helper, plate, subsample_size, size):
+    if subsample_size < size:
+        raise ValueError(
+            f"{helper} evaluates the whole data set, but plate {plate!r} subsamples {subsample_size} of its "
+            f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
+            "the full plate (subsample_size=None)"
+        )
+
+
 def _no_guide(*args, **kwargs):
     pass
 
 
 def marginal_log_likelihood(model, *args, params=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
-    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``.
+    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
+    data set: a subsampled plate raises a ValueError.
 
     :param model: a model whose latent sites are all Concrete-family or enumerable.
     :param params: optional dict of parameter values (default: Pyro's param store).
@@ -110,6 +128,7 @@ def marginal_log_likelihood(model, *args, params=None, **kwargs):
     with torch.no_grad(), poutine.block():
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
     _check_all_latents_discrete(trace, "marginal_log_likelihood")
+    _check_full_data(trace, "marginal_log_likelihood")
     elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
     enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
     try:
@@ -122,7 +141,8 @@ def marginal_log_likelihood(model, *args, params=None, **kwargs):
 
 def map_assignment(model, *args, params=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
-    graph, given the observations (``infer_discrete`` with ``temperature=0``).
+    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
+    set: a subsampled plate raises a ValueError.
 
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
@@ -131,6 +151,7 @@ def map_assignment(model, *args, params=None, **kwargs):
     with torch.no_grad(), poutine.block():
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
         _check_all_latents_discrete(trace, "map_assignment")
+        _check_full_data(trace, "map_assignment")
         swap = DiscreteMessenger(mode="enumerate")
         decoded = infer_discrete(config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=0)
         trace = poutine.trace(decoded).get_trace(*args, **kwargs)
@@ -269,6 +290,8 @@ def _proposal(model, guide, args, kwargs, autoguide=None):
     with torch.no_grad(), poutine.block():
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+    for trace in (guide_trace, model_trace):
+        _check_full_data(trace, "discrete_log_likelihood")
     relaxed = _relaxed_latents(model_trace)
     guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
@@ -338,10 +361,13 @@ def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
 
 def _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller):
     """(model trace, guide trace, particle dim) of m particles drawn in parallel in a plate left of
-    the model's plates."""
+    the model's plates (``num_particles=None``: one, without that plate)."""
     particle_dim = -1 - max_plate_nesting
 
     def vectorized(fn):
+        if num_particles is None:  # one particle, as the model is written: no particle plate
+            return fn
+
         def run(*a, **k):
             with pyro.plate(f"_{caller}_particles", num_particles, dim=particle_dim):
                 return fn(*a, **k)
@@ -358,16 +384,33 @@ def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plat
     a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
     if not (isinstance(num_particles, int) and num_particles >= 1):
         raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
-    model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller)
-    log_weights = _log_weights(model_trace, guide_trace, particle_dim, plate, caller)
-    return torch.logsumexp(log_weights, dim=0) - math.log(num_particles)
+    def log_weights(count):
+        model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
+        return _log_weights(model_trace, guide_trace, particle_dim, plate, caller)
+
+    try:
+        weights = log_weights(num_particles)
+    except (RuntimeError, ValueError) as error:
+        if num_particles == 1:
+            raise
+        # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
+        # over the particle dimension: then one particle at a time (a failure there is the model's own)
+        weights = torch.cat([log_weights(None) for _ in range(num_particles)])
+        warnings.warn(
+            f"{caller}: the model or guide does not broadcast over a leftmost particle dimension "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); drew the {num_particles} particles one "
+            "at a time, which is slower (see the docstring)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return torch.logsumexp(weights, dim=0) - math.log(num_particles)
 
 
 def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
-    of the discrete graph.
+    of the discrete graph. Evaluates the whole data set: a subsampled plate raises a ValueError.
 
     The proposal q, site by site (log q is summed over exactly the sites it draws, auxiliary sites
     included, as in any importance-weighted bound):
@@ -390,7 +433,9 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
       whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
       also draws relaxed sites.
 
-    :param int num_particles: m, drawn in parallel (a plate left of the model's plates).
+    :param int num_particles: m, drawn in parallel (a plate left of the model's plates): model and
+        guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
+        where they raise, the particles are drawn one at a time, with a warning (slower).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
         holds every site (the data plate), for one bound per element of it (each data point with its
         own m particles, as the paper evaluates), returned with that plate's size.

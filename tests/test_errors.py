@@ -34,7 +34,8 @@ BAD_PARAMETERS = [
     ("probs-negative", lambda n: dict(logits=None, probs=np.array([-0.1, 0.6, 0.5])[: len(_good_probs(n))]), r"probs must lie in \[0, 1\]"),
     ("probs-above-one", lambda n: dict(logits=None, probs=np.array([1.2, -0.1, -0.1])[: len(_good_probs(n))]), r"probs must lie in \[0, 1\]"),
     ("probs-nan", lambda n: dict(logits=None, probs=np.array([np.nan, 0.5, 0.5])[: len(_good_probs(n))]), r"probs contains NaN"),
-    ("probs-zero", lambda n: dict(logits=None, probs=np.array([0.0, 0.5, 0.5])[: len(_good_probs(n))]), r"strictly inside \(0, 1\)"),
+    ("probs-zero", lambda n: dict(logits=None, probs=np.array([0.0, 0.5, 0.5])[: len(_good_probs(n))]),
+     r"probs must (lie strictly inside \(0, 1\)|be positive: .* alpha_k = 0)"),
     ("temperature-shape", lambda n: dict(temperature=np.ones(4) / 2, logits=_batch_of_two(n)), r"temperature of shape \(4,\) does not broadcast"),
     ("temperature-bool", lambda n: dict(temperature=True), r"temperature must be a number .* boolean"),
 ]
@@ -48,6 +49,24 @@ def test_bad_parameters_raise(backend, name, bad):
     kwargs.update(arguments(name))
     with pytest.raises(ValueError, match=rf"{name}: .*{message}|{name}: {message}"):
         backend.make(name, kwargs.pop("temperature"), validate_args=True, **kwargs)
+
+
+@pytest.mark.parametrize("name", N_ARY)
+def test_categorical_probs_with_one_that_rounds_to_one_are_accepted(backend, name):
+    """A float32 point estimate whose largest probability rounds to 1.0 beside positive ones is a
+    valid categorical (finite logits): accepted, and the same distribution as its logits."""
+    probs = np.array([4e-17, 1.9e-18, 1.3e-18, 1.0], np.float32)
+    by_probs = backend.make(name, 0.5, probs=probs, dtype="float32", validate_args=True)
+    by_logits = backend.make(name, 0.5, logits=np.log(probs), dtype="float32", validate_args=True)
+    x = backend.sample(by_logits, (5,), seed=1)
+    np.testing.assert_array_equal(backend.numpy(by_probs.log_prob(x)), backend.numpy(by_logits.log_prob(x)))
+    assert np.isfinite(backend.numpy(by_probs.log_prob(x))).all()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in N_ARY])
+def test_binary_probs_of_one_raise(backend, name):
+    with pytest.raises(ValueError, match=rf"{name}: probs must lie strictly inside \(0, 1\)"):
+        backend.make(name, 0.5, probs=np.array([0.5, 1.0]), validate_args=True)
 
 
 @pytest.mark.parametrize("name", N_ARY)

@@ -65,3 +65,39 @@ def test_compiled_loss_and_gradients_equal_the_eager_ones_at_every_call(eager_cl
 def test_jit_vimco_needs_two_particles():
     with pytest.raises(ValueError, match="num_particles must be an integer >= 2"):
         pc.JitVIMCO(num_particles=1)
+
+
+def _st_model(x):
+    with pyro.plate("data", x.shape[0]):
+        z = pyro.sample("z", pc.ConcreteStraightThrough(0.5, logits=torch.zeros(3)))
+        g = pyro.sample("g", pc.HardConcrete(0.5, logits=torch.zeros(2)).to_event(1))
+        pyro.sample("x", dist.Normal(z @ torch.tensor([1.0, -1.0, 2.0]) + g.sum(-1), 1.0), obs=x)
+
+
+def _st_guide(x):
+    a = pyro.param("a_st", torch.zeros(3))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("z", pc.ConcreteStraightThrough(0.5, logits=a + x[:, None]))
+        pyro.sample("g", pc.HardConcrete(0.5, logits=x[:, None].expand(-1, 2)).to_event(1))
+
+
+@pytest.mark.parametrize("loss", [pyro.infer.JitTrace_ELBO, pc.JitImportanceWeightedELBO])
+def test_compiled_losses_raise_no_tracer_warning_from_this_package(loss):
+    """Every class of the package inside Pyro's compiled losses: the user sees no TracerWarning
+    from this package (each new shape retraces, so several steps with two data sizes)."""
+    import warnings
+
+    pyro.clear_param_store()
+    elbo = loss() if loss is pyro.infer.JitTrace_ELBO else loss(num_particles=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("always", category=torch.jit.TracerWarning, append=True)  # others: every time
+        for fns in ((model, guide), (_st_model, _st_guide)):
+            for n in (5, 5, 7):
+                elbo.differentiable_loss(*fns, torch.linspace(-1, 1, n)).backward()
+    ours = [w for w in caught if "pyro_concrete" in w.filename]
+    assert not ours, [f"{w.filename}:{w.lineno}: {w.message}" for w in ours]
+    # the filter hides ours only: a TracerWarning raised from a test file still gets through
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("always", category=torch.jit.TracerWarning, append=True)
+        torch.jit.trace(lambda t: t * float(t.sum()), torch.ones(2))
+    assert any(issubclass(w.category, torch.jit.TracerWarning) for w in caught)

@@ -2,6 +2,8 @@
 ``relax``; the log-space reparametrizer; and the evaluation helpers -- checked against brute-force
 enumeration on small mixtures."""
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -343,3 +345,102 @@ def test_log_space_reparam_gives_the_same_elbo(backend, k, temperature, dtype):
     assert abs(plain - reparametrized) <= 1e-4 * max(1.0, abs(plain)), (plain, reparametrized)
     run = backend.run(backend.reparam(guide, config), seed=10)
     assert {"z_log", "b_logit"} <= set(run.sites)
+
+
+@pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood"])
+def test_helpers_evaluate_the_whole_data_and_refuse_a_subsampled_plate(backend, helper):
+    """The helpers are evaluation: a model whose plate subsamples (as in stochastic training) would be
+    a random, rescaled subsample, so it raises naming the plate; with the full plate the same
+    model gives the whole data's exact value."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+    data = backend.array(DATA)
+
+    def model(x, subsample_size):
+        with backend.plate("data", N, subsample_size=subsample_size) as index:
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x[index])
+
+    def guide(x, subsample_size):  # discrete limit: the exact posterior, so every weight is p(x)
+        with backend.plate("data", N, subsample_size=subsample_size) as index:
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(_brute_force("Concrete"))[index]))
+
+    run = getattr(backend.lib, helper)
+    call = (lambda size: run(model, guide, data, size)) if helper == "discrete_log_likelihood" else (lambda size: run(model, data, size))
+    with pytest.raises(ValueError, match=rf"{helper} evaluates the whole data set, but plate 'data' subsamples 20 of its 50"):
+        call(20)
+    if helper == "map_assignment":
+        np.testing.assert_array_equal(backend.numpy(call(None)["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])
+    else:
+        assert abs(float(backend.numpy(call(None))) - logsumexp(_brute_force("Concrete"), axis=1).sum()) < 1e-6
+
+
+def test_discrete_log_likelihood_with_particles_on_a_model_written_for_one_draw(backend):
+    """A mixture with a global latent ``locs`` used as ``z @ locs`` (written for one draw: with m
+    particles ``locs`` is batched and the product does not broadcast). Pyro falls back to one
+    particle at a time with a warning, NumPyro maps over particles; both give the exact value: the
+    guide is a point mass at ``locs`` = MEANS and, for z, the exact posterior given it, so every
+    weight is p(x, locs) and L_m = log p(x | locs) + log p(locs) for any m."""
+    means, logits = MEANS[True], backend.array(LOGITS[True])
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    def guide(x):
+        backend.site("locs", backend.delta(backend.array(means), event_dim=1))
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(_brute_force("Concrete"))))
+
+    expected = logsumexp(_brute_force("Concrete"), axis=1).sum() + stats.norm.logpdf(means, 0.0, 5.0).sum()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        actual = float(backend.discrete_log_likelihood(model, guide, backend.array(DATA), num_particles=3))
+    assert abs(actual - expected) < 1e-6, (actual, expected)
+    fell_back = [w for w in caught if "one at a time" in str(w.message)]
+    assert len(fell_back) == (0 if backend.particles_by_vmap else 1)
+
+
+# ----------------------------------------------------------------------------- sequential models
+
+HMM_RNG = np.random.default_rng(7)
+HMM_INIT = softmax(HMM_RNG.normal(size=3))
+HMM_TRANS = softmax(HMM_RNG.normal(size=(3, 3)), axis=-1)
+HMM_LOCS = np.array([-2.0, 0.0, 2.0])
+HMM_DATA = 2 * HMM_RNG.normal(size=6)
+
+
+def hmm(backend):
+    """A hidden Markov model over 3 relaxed states, written as users write it in both hosts: a
+    Python loop under ``markov`` (Pyro's ``pyro.markov``, NumPyro's ``contrib.funsor.markov``)."""
+    init, trans, locs = (backend.array(a) for a in (HMM_INIT, HMM_TRANS, HMM_LOCS))
+
+    def model(y):
+        x = backend.site("x_0", backend.lib.Concrete(0.5, probs=init))
+        backend.site("y_0", backend.normal(x @ locs, 1.0), obs=y[0])
+        for t in backend.markov(range(1, len(HMM_DATA))):
+            x = backend.site(f"x_{t}", backend.lib.Concrete(0.5, probs=x @ trans))
+            backend.site(f"y_{t}", backend.normal(x @ locs, 1.0), obs=y[t])
+
+    return model
+
+
+def _hmm_paths():
+    """(log p(x, path) for every path, the paths), by brute force over all 3^6 state paths."""
+    paths = np.array(list(np.ndindex(*(3,) * len(HMM_DATA))))
+    log_joint = np.log(HMM_INIT[paths[:, 0]]) + np.log(HMM_TRANS[paths[:, :-1], paths[:, 1:]]).sum(1)
+    log_joint += stats.norm.logpdf(HMM_DATA[None, :], HMM_LOCS[paths], 1.0).sum(1)
+    return log_joint, paths
+
+
+def test_hmm_marginal_is_the_brute_force_sum_and_map_is_the_viterbi_path(backend):
+    log_joint, paths = _hmm_paths()
+    data = backend.array(HMM_DATA)
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(hmm(backend), data)))
+    assert abs(actual - logsumexp(log_joint)) < 1e-6, (actual, logsumexp(log_joint))
+    assignment = backend.lib.map_assignment(hmm(backend), data)
+    decoded = [int(backend.numpy(assignment[f"x_{t}"]).argmax()) for t in range(len(HMM_DATA))]
+    assert decoded == paths[log_joint.argmax()].tolist()
+    for t in range(len(HMM_DATA)):  # one-hot values, the site's own sample space
+        np.testing.assert_array_equal(backend.numpy(assignment[f"x_{t}"]), np.eye(3)[decoded[t]])

@@ -25,6 +25,7 @@ _DTYPES = {"float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
 
 class Backend:
     name = "numpyro"
+    particles_by_vmap = True  # how discrete_log_likelihood draws m particles: vmap: any model works
     lib = numpyro_concrete
 
     def reset(self):
@@ -133,6 +134,11 @@ class Backend:
     def plate(self, name, size, subsample_size=None):
         return numpyro.plate(name, size, subsample_size=subsample_size)
 
+    def markov(self, iterable):
+        from numpyro.contrib.funsor import markov
+
+        return markov(iterable)
+
     def mask(self, mask):
         return handlers.mask(mask=self.array(mask, "bool"))
 
@@ -141,6 +147,9 @@ class Backend:
 
     def normal(self, loc, scale):
         return numpyro.distributions.Normal(loc, scale)
+
+    def delta(self, value, event_dim=0):
+        return numpyro.distributions.Delta(value, event_dim=event_dim)
 
     def exp(self, x):
         return jnp.exp(x)

@@ -18,6 +18,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bool": torch.boo
 
 class Backend:
     name = "pyro"
+    particles_by_vmap = False  # how discrete_log_likelihood draws m particles: a plate left of the model's plates: the model must broadcast over it
     lib = pyro_concrete
 
     def reset(self):
@@ -141,6 +142,9 @@ class Backend:
     def plate(self, name, size, subsample_size=None):
         return pyro.plate(name, size, subsample_size=subsample_size)
 
+    def markov(self, iterable):
+        return pyro.markov(iterable)
+
     def mask(self, mask):
         return poutine.mask(mask=self.array(mask, "bool"))
 
@@ -149,6 +153,9 @@ class Backend:
 
     def normal(self, loc, scale):
         return pyro.distributions.Normal(loc, scale)
+
+    def delta(self, value, event_dim=0):
+        return pyro.distributions.Delta(value, event_dim=event_dim)
 
     def exp(self, x):
         return torch.exp(x)
