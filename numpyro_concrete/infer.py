@@ -329,11 +329,22 @@ def _per_element(log_prob, site, plate, caller):
     return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
 
 
-def _log_weights(model_trace, guide_trace, plate, caller):
+def _global_latent_message(caller, site, plate):
+    return (
+        f"{caller}: site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
+        f"inside the plate (a global's proposal and density cannot be split between elements). Condition it on "
+        f"a value (poutine.condition / numpyro.handlers.condition, e.g. its posterior mean) for the bounds "
+        f"log p(x_n | {site}), or pass plate=None for one bound of all observations"
+    )
+
+
+def _log_weights(model_trace, guide_trace, plate, caller, given_globals=False):
     """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
-    proposal: its log p cancels against its log q and is left out.
+    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
+    are left out, and a latent outside it raises.
     """
     total = 0.0
     proposed = {site["name"] for site in _sample_sites(guide_trace)}
@@ -341,6 +352,10 @@ def _log_weights(model_trace, guide_trace, plate, caller):
         for site in _sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
+            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+                if site["is_observed"]:
+                    continue
+                raise ValueError(_global_latent_message(caller, site["name"], plate))
             total = total + sign * _per_element(_site_log_prob(site), site, plate, caller)
     return total
 
@@ -353,14 +368,14 @@ def _particle_traces(model, guide, particle_key, args, kwargs):
     return handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace
 
 
-def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller):
+def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller, given_globals=False):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel
     (``vmap``): a scalar, or one bound per element of ``plate``."""
     if not (isinstance(num_particles, int) and num_particles >= 1):
         raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
 
     def log_weight(particle_key):
-        return _log_weights(*_particle_traces(model, guide, particle_key, args, kwargs), plate, caller)
+        return _log_weights(*_particle_traces(model, guide, particle_key, args, kwargs), plate, caller, given_globals)
 
     log_weights = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
     return logsumexp(log_weights, axis=0) - math.log(num_particles)
@@ -395,8 +410,10 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
 
     :param int num_particles: m, drawn in parallel (``vmap`` over particles).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
-        holds every site (the data plate), for one bound per element of it (each data point with its
-        own m particles, as the paper evaluates), returned with that plate's size.
+        holds every latent site (the data plate), for one bound per element of it (each data point
+        with its own m particles, as the paper evaluates), returned with that plate's size. Observed
+        sites outside the plate (globals conditioned on a value) condition every element alike and are
+        left out: the bounds are of log p(x_n | globals). A latent global the guide draws raises.
     :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
     :param rng_key: a JAX PRNG key (default ``PRNGKey(0)``).
     :returns: an array: a scalar, or the per-element bounds along ``plate``.
@@ -411,7 +428,7 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     guide = _marginalize(guide, marginals)
     guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
-    bound = _importance_bound(model_d, guide_d, key, args, kwargs, num_particles, plate, "discrete_log_likelihood")
+    bound = _importance_bound(model_d, guide_d, key, args, kwargs, num_particles, plate, "discrete_log_likelihood", given_globals=True)
     return jax.lax.stop_gradient(bound)
 
 

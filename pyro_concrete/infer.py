@@ -342,11 +342,22 @@ def _per_particle(log_prob, site, particle_dim, plate, caller):
     return log_prob.sum(dims) if dims else log_prob
 
 
-def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
+def _global_latent_message(caller, site, plate):
+    return (
+        f"{caller}: site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
+        f"inside the plate (a global's proposal and density cannot be split between elements). Condition it on "
+        f"a value (poutine.condition / numpyro.handlers.condition, e.g. its posterior mean) for the bounds "
+        f"log p(x_n | {site}), or pass plate=None for one bound of all observations"
+    )
+
+
+def _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals=False):
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
-    proposal: its log p cancels against its log q and is left out.
+    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
+    are left out, and a latent outside it raises.
     """
     total = 0.0
     proposed = {site["name"] for site in _sample_sites(guide_trace)}
@@ -355,6 +366,10 @@ def _log_weights(model_trace, guide_trace, particle_dim, plate, caller):
         for site in _sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
+            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+                if site["is_observed"]:
+                    continue
+                raise ValueError(_global_latent_message(caller, site["name"], plate))
             total = total + sign * _per_particle(site["log_prob"], site, particle_dim, plate, caller)
     return total
 
@@ -379,14 +394,14 @@ def _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nest
     return model_trace, guide_trace, particle_dim
 
 
-def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller):
+def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller, given_globals=False):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
     a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
     if not (isinstance(num_particles, int) and num_particles >= 1):
         raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
     def log_weights(count):
         model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
-        return _log_weights(model_trace, guide_trace, particle_dim, plate, caller)
+        return _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals)
 
     try:
         weights = log_weights(num_particles)
@@ -437,8 +452,10 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
         guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
         where they raise, the particles are drawn one at a time, with a warning (slower).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
-        holds every site (the data plate), for one bound per element of it (each data point with its
-        own m particles, as the paper evaluates), returned with that plate's size.
+        holds every latent site (the data plate), for one bound per element of it (each data point
+        with its own m particles, as the paper evaluates), returned with that plate's size. Observed
+        sites outside the plate (globals conditioned on a value) condition every element alike and are
+        left out: the bounds are of log p(x_n | globals). A latent global the guide draws raises.
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
@@ -449,7 +466,9 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
     with torch.no_grad():
-        return _importance_bound(model_d, guide_d, args, kwargs, num_particles, plate, max_plate_nesting, "discrete_log_likelihood")
+        return _importance_bound(
+            model_d, guide_d, args, kwargs, num_particles, plate, max_plate_nesting, "discrete_log_likelihood", given_globals=True
+        )
 
 
 class ImportanceWeightedELBO(ELBO):

@@ -444,3 +444,32 @@ def test_hmm_marginal_is_the_brute_force_sum_and_map_is_the_viterbi_path(backend
     assert decoded == paths[log_joint.argmax()].tolist()
     for t in range(len(HMM_DATA)):  # one-hot values, the site's own sample space
         np.testing.assert_array_equal(backend.numpy(assignment[f"x_{t}"]), np.eye(3)[decoded[t]])
+
+
+def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
+    """A mixture with a global latent ``locs``: per-point bounds (``plate="data"``) of the model
+    conditioned on ``locs`` are log p(x_n | locs) (the observed global conditions every point alike),
+    exact with the guide's discrete limit the posterior; left unconditioned and drawn by the guide,
+    the global raises with what the per-point bound needs."""
+    logits = backend.array(LOGITS[True])
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * locs).sum(-1), 1.0), obs=x)
+
+    def guide(x):
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(_brute_force("Concrete"))))
+
+    conditioned = backend.condition(model, {"locs": MEANS[True]})
+    per_point = backend.discrete_log_likelihood(conditioned, guide, backend.array(DATA), num_particles=2, plate="data")
+    np.testing.assert_allclose(per_point, logsumexp(_brute_force("Concrete"), axis=1), atol=1e-8)
+
+    def guide_with_global(x):
+        backend.site("locs", backend.delta(backend.array(MEANS[True]), event_dim=1))
+        guide(x)
+
+    with pytest.raises(ValueError, match=r"site 'locs' is a latent outside plate 'data': per-element bounds need .* Condition it on a value"):
+        backend.discrete_log_likelihood(model, guide_with_global, backend.array(DATA), plate="data")

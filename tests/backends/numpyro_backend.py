@@ -139,6 +139,9 @@ class Backend:
 
         return markov(iterable)
 
+    def condition(self, fn, data):
+        return handlers.condition(fn, data={k: self.array(v) for k, v in data.items()})
+
     def mask(self, mask):
         return handlers.mask(mask=self.array(mask, "bool"))
 

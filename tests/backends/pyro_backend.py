@@ -145,6 +145,9 @@ class Backend:
     def markov(self, iterable):
         return pyro.markov(iterable)
 
+    def condition(self, fn, data):
+        return poutine.condition(fn, data={k: self.array(v) for k, v in data.items()})
+
     def mask(self, mask):
         return poutine.mask(mask=self.array(mask, "bool"))
 
