@@ -32,6 +32,31 @@ def _trace(fn, key, args, kwargs):
     return handlers.trace(handlers.seed(fn, key)).get_trace(*args, **kwargs)
 
 
+class _GivenMessenger(Messenger):
+    """Holds the sample sites named in ``given`` at the given values and leaves them out of the log
+    joint (masked), so that the discrete graph is evaluated conditionally on them: p(x | given)."""
+
+    def __init__(self, fn, given):
+        self.given = given
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] in self.given:
+            msg["value"] = jnp.asarray(self.given[msg["name"]])
+            msg["is_observed"] = True
+            msg["fn"] = msg["fn"].mask(False)
+
+
+def _with_given(fn, given):
+    return fn if not given else _GivenMessenger(fn, given)
+
+
+def _check_given(trace, given, helper):
+    unknown = sorted(set(given or {}) - {site["name"] for site in _sample_sites(trace)})
+    if unknown:
+        raise ValueError(f"{helper}: given names site(s) {unknown} that the model does not sample")
+
+
 def _sample_sites(trace):
     return [site for site in trace.values() if site["type"] == "sample"]
 
@@ -48,7 +73,8 @@ def _check_all_latents_discrete(trace, helper):
         if not getattr(site["fn"], "has_enumerate_support", False):
             raise ValueError(
                 f"{helper} sums out discrete latent sites exactly; site {site['name']!r} holds "
-                f"{type(site['fn']).__name__}, which is neither Concrete-family nor enumerable"
+                f"{type(unwrap(site['fn'])[0]).__name__}, which is neither Concrete-family nor enumerable: "
+                f"evaluate at a value of it with given={{{site['name']!r}: value}}"
             )
 
 
@@ -96,20 +122,25 @@ def _no_guide(*args, **kwargs):
     pass
 
 
-def marginal_log_likelihood(model, *args, params=None, **kwargs):
+def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
     data set: a subsampled plate raises a ValueError.
 
-    :param model: a model whose latent sites are all Concrete-family or enumerable.
+    :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
+    :param given: optional dict from latent site name to a value: those sites are held at the values
+        and left out of the log joint, so the result is log p(observations | given) (e.g. the
+        continuous globals at their posterior point estimates). ``params`` substitutes parameters;
+        ``given`` conditions latent sites.
     :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
     :returns: a scalar, differentiable with respect to ``params``.
     """
     from numpyro.contrib.funsor import config_enumerate, enum, log_density
 
-    model = _with_params(model, params)
+    model = _with_given(_with_params(model, params), given)
     scans = _check_scan(model, args, kwargs, "marginal_log_likelihood")
     trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    _check_given(trace, given, "marginal_log_likelihood")
     _check_all_latents_discrete(trace, "marginal_log_likelihood")
     _check_full_data(trace, "marginal_log_likelihood")
     max_plate_nesting = _max_plate_nesting(trace)
@@ -120,19 +151,22 @@ def marginal_log_likelihood(model, *args, params=None, **kwargs):
     return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, _no_guide, *args, **kwargs)
 
 
-def map_assignment(model, *args, params=None, **kwargs):
+def map_assignment(model, *args, params=None, given=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
     set: a subsampled plate raises a ValueError.
 
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
-    model = _with_params(model, params)
+    model = _with_given(_with_params(model, params), given)
     _check_scan(model, args, kwargs, "map_assignment")
     trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    _check_given(trace, given, "map_assignment")
     _check_all_latents_discrete(trace, "map_assignment")
     _check_full_data(trace, "map_assignment")
     swap = DiscreteMessenger(model, mode="enumerate")
@@ -252,7 +286,7 @@ def _marginalize(guide, marginals):
     return _MarginalMessenger(guide, marginals) if marginals else guide
 
 
-def _proposal(model, guide, key, args, kwargs, autoguide=None):
+def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
     """Which guide sites to discretize, which to hide and which to marginalize for the discrete
     graph's proposal.
 
@@ -279,6 +313,8 @@ def _proposal(model, guide, key, args, kwargs, autoguide=None):
     guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
     hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
+    _check_given(model_trace, given, "discrete_log_likelihood")
+    hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
     model_sites = {site["name"] for site in _sample_sites(model_trace)}
     auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
     for name, layout in auxiliary.items():
@@ -381,7 +417,7 @@ def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate,
     return logsumexp(log_weights, axis=0) - math.log(num_particles)
 
 
-def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, rng_key=None, **kwargs):
+def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, rng_key=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
@@ -408,6 +444,9 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
       whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
       also draws relaxed sites.
 
+    :param given: optional dict from latent site name to a value: held there in the model, left out
+        of the weights, and not proposed by the guide (its auxiliary sites hidden too): bounds of
+        log p(x | given).
     :param int num_particles: m, drawn in parallel (``vmap`` over particles).
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
         holds every latent site (the data plate), for one bound per element of it (each data point
@@ -421,10 +460,10 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     proposal_key, key = jax.random.split(rng_key)
     autoguide = guide
-    model, guide = _with_params(model, params), _with_params(guide, params)
+    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
     for fn in (model, guide):
         _check_scan(fn, args, kwargs, "discrete_log_likelihood")
-    discretized, hidden, marginals = _proposal(model, guide, proposal_key, args, kwargs, autoguide)
+    discretized, hidden, marginals = _proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
     guide = _marginalize(guide, marginals)
     guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")

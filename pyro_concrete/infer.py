@@ -70,6 +70,32 @@ def _with_params(fn, params):
     return run
 
 
+class _GivenMessenger(Messenger):
+    """Holds the sample sites named in ``given`` at the given values and leaves them out of the log
+    joint (masked), so that the discrete graph is evaluated conditionally on them: p(x | given)."""
+
+    def __init__(self, given):
+        self.given = given
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        if msg["name"] in self.given:
+            value = self.given[msg["name"]]
+            msg["value"] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.get_default_dtype())
+            msg["is_observed"] = True
+            msg["mask"] = False
+
+
+def _with_given(fn, given):
+    return fn if not given else _GivenMessenger(given)(fn)
+
+
+def _check_given(trace, given, helper):
+    unknown = sorted(set(given or {}) - {site["name"] for site in _sample_sites(trace)})
+    if unknown:
+        raise ValueError(f"{helper}: given names site(s) {unknown} that the model does not sample")
+
+
 def _sample_sites(trace):
     return [
         site
@@ -90,7 +116,8 @@ def _check_all_latents_discrete(trace, helper):
         if not getattr(site["fn"], "has_enumerate_support", False):
             raise ValueError(
                 f"{helper} sums out discrete latent sites exactly; site {site['name']!r} holds "
-                f"{type(site['fn']).__name__}, which is neither Concrete-family nor enumerable"
+                f"{type(unwrap(site['fn'])[0]).__name__}, which is neither Concrete-family nor enumerable: "
+                f"evaluate at a value of it with given={{{site['name']!r}: value}}"
             )
 
 
@@ -115,18 +142,23 @@ def _no_guide(*args, **kwargs):
     pass
 
 
-def marginal_log_likelihood(model, *args, params=None, **kwargs):
+def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
     data set: a subsampled plate raises a ValueError.
 
-    :param model: a model whose latent sites are all Concrete-family or enumerable.
+    :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
+    :param given: optional dict from latent site name to a value: those sites are held at the values
+        and left out of the log joint, so the result is log p(observations | given) (e.g. the
+        continuous globals at their posterior point estimates). ``params`` substitutes parameters;
+        ``given`` conditions latent sites.
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a scalar tensor, differentiable with respect to the parameters.
     """
-    model = _with_params(model, params)
+    model = _with_given(_with_params(model, params), given)
     with torch.no_grad(), poutine.block():
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
+    _check_given(trace, given, "marginal_log_likelihood")
     _check_all_latents_discrete(trace, "marginal_log_likelihood")
     _check_full_data(trace, "marginal_log_likelihood")
     elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
@@ -139,17 +171,20 @@ def marginal_log_likelihood(model, *args, params=None, **kwargs):
         return torch.tensor(-elbo.loss(enumerated, _no_guide, *args, **kwargs), dtype=torch.float64)
 
 
-def map_assignment(model, *args, params=None, **kwargs):
+def map_assignment(model, *args, params=None, given=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
     set: a subsampled plate raises a ValueError.
 
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
-    model = _with_params(model, params)
+    model = _with_given(_with_params(model, params), given)
     with torch.no_grad(), poutine.block():
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
+        _check_given(trace, given, "map_assignment")
         _check_all_latents_discrete(trace, "map_assignment")
         _check_full_data(trace, "map_assignment")
         swap = DiscreteMessenger(mode="enumerate")
@@ -269,7 +304,7 @@ def _marginalize(guide, marginals):
     return _MarginalMessenger(marginals)(guide) if marginals else guide
 
 
-def _proposal(model, guide, args, kwargs, autoguide=None):
+def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
     """Which guide sites to discretize, which to hide and which to marginalize for the discrete
     graph's proposal.
 
@@ -296,6 +331,8 @@ def _proposal(model, guide, args, kwargs, autoguide=None):
     guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
     hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
+    _check_given(model_trace, given, "discrete_log_likelihood")
+    hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
     model_sites = {site["name"] for site in _sample_sites(model_trace)}
     auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
     for name, layout in auxiliary.items():
@@ -421,7 +458,7 @@ def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plat
     return torch.logsumexp(weights, dim=0) - math.log(num_particles)
 
 
-def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, **kwargs):
+def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
@@ -448,6 +485,9 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
       whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
       also draws relaxed sites.
 
+    :param given: optional dict from latent site name to a value: held there in the model, left out
+        of the weights, and not proposed by the guide (its auxiliary sites hidden too): bounds of
+        log p(x | given).
     :param int num_particles: m, drawn in parallel (a plate left of the model's plates): model and
         guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
         where they raise, the particles are drawn one at a time, with a warning (slower).
@@ -460,8 +500,8 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
     autoguide = guide
-    model, guide = _with_params(model, params), _with_params(guide, params)
-    discretized, hidden, marginals, max_plate_nesting = _proposal(model, guide, args, kwargs, autoguide)
+    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
+    discretized, hidden, marginals, max_plate_nesting = _proposal(model, guide, args, kwargs, autoguide, given)
     guide = _marginalize(guide, marginals)
     guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")

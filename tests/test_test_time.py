@@ -473,3 +473,41 @@ def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
 
     with pytest.raises(ValueError, match=r"site 'locs' is a latent outside plate 'data': per-element bounds need .* Condition it on a value"):
         backend.discrete_log_likelihood(model, guide_with_global, backend.array(DATA), plate="data")
+
+
+def _mixture_with_global_locs(backend):
+    logits = backend.array(LOGITS[True])
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * locs).sum(-1), 1.0), obs=x)
+
+    return model
+
+
+def test_helpers_evaluate_the_discrete_graph_given_latent_globals(backend):
+    """``given`` holds latent globals at values and leaves their prior out: the helpers give
+    log p(x | locs), the MAP assignment given locs, and the bound given locs (the guide's own locs
+    site not proposed), all exact against brute force; without it the error names the user's
+    distribution (Normal, not NumPyro's ExpandedDistribution) and points to ``given``."""
+    model, data, given = _mixture_with_global_locs(backend), backend.array(DATA), {"locs": MEANS[True]}
+    expected = logsumexp(_brute_force("Concrete"), axis=1)
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(model, data, given=given)))
+    assert abs(actual - expected.sum()) < 1e-6, (actual, expected.sum())
+    assignment = backend.lib.map_assignment(model, data, given=given)
+    assert set(assignment) == {"z"}
+    np.testing.assert_array_equal(backend.numpy(assignment["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])
+
+    def guide(x):  # draws locs too (far from the given values): not proposed under given
+        backend.site("locs", backend.normal(backend.array(np.full(3, 9.0)), 1.0).to_event(1))
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(_brute_force("Concrete"))))
+
+    bound = backend.discrete_log_likelihood(model, guide, data, num_particles=2, plate="data", given=given)
+    np.testing.assert_allclose(bound, expected, atol=1e-8)
+    with pytest.raises(ValueError, match=r"site 'locs' holds Normal, which is neither .* given=\{'locs': value\}"):
+        backend.lib.marginal_log_likelihood(model, data)
+    with pytest.raises(ValueError, match=r"given names site\(s\) \['loc'\] that the model does not sample"):
+        backend.lib.marginal_log_likelihood(model, data, given={"loc": MEANS[True]})

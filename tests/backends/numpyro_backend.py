@@ -204,10 +204,10 @@ class Backend:
         # under jit, as SVI evaluates it (one compilation instead of one per operation)
         return float(jax.jit(lambda key: elbo.loss(key, {}, model, guide, *args))(jax.random.PRNGKey(seed)))
 
-    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0):
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
         bound = self.lib.discrete_log_likelihood(
-            model, guide, *args, num_particles=num_particles, plate=plate, params=params, rng_key=jax.random.PRNGKey(seed)
+            model, guide, *args, num_particles=num_particles, plate=plate, params=params, given=given, rng_key=jax.random.PRNGKey(seed)
         )
         return np.asarray(bound)
 

@@ -207,10 +207,10 @@ class Backend:
         elbo = loss or Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
         return elbo.loss(model, guide, *args)
 
-    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, seed=0):
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0):
         pyro.set_rng_seed(seed)
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
-        bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params)
+        bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params, given=given)
         return self.numpy(bound)
 
     # ---- host generic suite
