@@ -446,11 +446,7 @@ def test_hmm_marginal_is_the_brute_force_sum_and_map_is_the_viterbi_path(backend
         np.testing.assert_array_equal(backend.numpy(assignment[f"x_{t}"]), np.eye(3)[decoded[t]])
 
 
-def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
-    """A mixture with a global latent ``locs``: per-point bounds (``plate="data"``) of the model
-    conditioned on ``locs`` are log p(x_n | locs) (the observed global conditions every point alike),
-    exact with the guide's discrete limit the posterior; left unconditioned and drawn by the guide,
-    the global raises with what the per-point bound needs."""
+def _mixture_with_global_locs(backend):
     logits = backend.array(LOGITS[True])
 
     def model(x):
@@ -458,6 +454,16 @@ def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
         with backend.plate("data", N):
             z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
             backend.site("x", backend.normal((z * locs).sum(-1), 1.0), obs=x)
+
+    return model
+
+
+def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
+    """A mixture with a global latent ``locs``: per-point bounds (``plate="data"``) of the model
+    conditioned on ``locs`` are log p(x_n | locs) (the observed global conditions every point alike),
+    exact with the guide's discrete limit the posterior; left unconditioned and drawn by the guide,
+    the global raises with what the per-point bound needs."""
+    model = _mixture_with_global_locs(backend)
 
     def guide(x):
         with backend.plate("data", N):
@@ -473,18 +479,6 @@ def test_per_point_bounds_are_conditional_on_conditioned_globals(backend):
 
     with pytest.raises(ValueError, match=r"site 'locs' is a latent outside plate 'data': per-element bounds need .* Condition it on a value"):
         backend.discrete_log_likelihood(model, guide_with_global, backend.array(DATA), plate="data")
-
-
-def _mixture_with_global_locs(backend):
-    logits = backend.array(LOGITS[True])
-
-    def model(x):
-        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
-        with backend.plate("data", N):
-            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
-            backend.site("x", backend.normal((z * locs).sum(-1), 1.0), obs=x)
-
-    return model
 
 
 def test_helpers_evaluate_the_discrete_graph_given_latent_globals(backend):
