@@ -436,6 +436,7 @@ def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plat
     a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
     if not (isinstance(num_particles, int) and num_particles >= 1):
         raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+
     def log_weights(count):
         model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
         return _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals)
