@@ -80,10 +80,21 @@ class _GivenMessenger(Messenger):
 
     def _pyro_sample(self, msg):
         if msg["name"] in self.given:
-            value = self.given[msg["name"]]
-            msg["value"] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.get_default_dtype())
+            msg["value"] = _as_value_of(self.given[msg["name"]], msg["fn"])
             msg["is_observed"] = True
             msg["mask"] = False
+
+
+def _as_value_of(value, fn):
+    """``value`` as a tensor of the site's dtype (that of its mean, or of its logits)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    for attribute in ("mean", "logits"):
+        try:
+            return torch.as_tensor(value, dtype=getattr(fn, attribute).dtype)
+        except (AttributeError, NotImplementedError):
+            pass
+    return torch.as_tensor(value, dtype=torch.get_default_dtype())
 
 
 def _with_given(fn, given):
@@ -441,11 +452,11 @@ def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plat
         model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
         return _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals)
 
+    if num_particles == 1:  # one particle: the model as written, no particle plate
+        return torch.logsumexp(log_weights(None), dim=0)
     try:
         weights = log_weights(num_particles)
     except (RuntimeError, ValueError) as error:
-        if num_particles == 1:
-            raise
         # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
         # over the particle dimension: then one particle at a time (a failure there is the model's own)
         weights = torch.cat([log_weights(None) for _ in range(num_particles)])
@@ -491,7 +502,8 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
         log p(x | given).
     :param int num_particles: m, drawn in parallel (a plate left of the model's plates): model and
         guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
-        where they raise, the particles are drawn one at a time, with a warning (slower).
+        where they raise, the particles are drawn one at a time, with a warning (slower). m = 1
+        runs model and guide as written.
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
         holds every latent site (the data plate), for one bound per element of it (each data point
         with its own m particles, as the paper evaluates), returned with that plate's size. Observed

@@ -453,7 +453,7 @@ def _mixture_with_global_locs(backend):
         locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
         with backend.plate("data", N):
             z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
-            backend.site("x", backend.normal((z * locs).sum(-1), 1.0), obs=x)
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
 
     return model
 
