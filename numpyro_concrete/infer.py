@@ -19,8 +19,6 @@ from numpyro.primitives import Messenger
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
-_FAMILY_NAMES = frozenset(cls.__name__ for cls in CONCRETE_FAMILY)
-
 __all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
 
 
@@ -107,13 +105,14 @@ def _check_scan(model, args, kwargs, helper):
     model scans (``marginal_log_likelihood`` then takes funsor's path, which is exact)."""
     scanned = _scanned_sites(_trace(model, jax.random.PRNGKey(0), args, kwargs))
     for site in scanned:
-        if isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY) or helper == "map_assignment":
-            kind = type(unwrap(site["fn"])[0]).__name__
+        base = unwrap(site["fn"])[0]
+        relaxed = isinstance(base, CONCRETE_FAMILY)
+        if relaxed or helper == "map_assignment":
+            why = "whose body keeps its own handlers, so it cannot be swapped for its discrete limit" if relaxed else "where NumPyro cannot decode it"
             raise ValueError(
-                f"{helper}: site {site['name']!r} ({kind}) is drawn inside numpyro.contrib.control_flow.scan, "
-                f"{'whose body keeps its own handlers, so it cannot be swapped for its discrete limit' if kind in _FAMILY_NAMES else 'where NumPyro cannot decode it'}; "
-                "write the loop over time with numpyro.contrib.funsor.markov (a Python loop), which the helpers "
-                "evaluate exactly (map_assignment: the Viterbi path)"
+                f"{helper}: site {site['name']!r} ({type(base).__name__}) is drawn inside "
+                f"numpyro.contrib.control_flow.scan, {why}; write the loop over time with numpyro.contrib.funsor.markov "
+                "(a Python loop), which the helpers evaluate exactly (map_assignment: the Viterbi path)"
             )
     return bool(scanned)
 

@@ -219,8 +219,8 @@ def _scan_hmm(relaxed):
 
 
 def test_marginal_of_a_host_discrete_scan_model_is_exact():
-    """NumPyro's TraceEnum_ELBO gives a wrong finite value on scan (here -20.2 for -13.79); the helper
-    takes funsor's log density there (NUTS's path), exact against brute force over 3^5 paths."""
+    """NumPyro's TraceEnum_ELBO gives a wrong finite value on scan; the helper takes funsor's log
+    density there (NUTS's path), exact against brute force over 3^5 paths."""
     from scipy.special import logsumexp
     from scipy.stats import norm
 
