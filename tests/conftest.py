@@ -1,3 +1,5 @@
+import os
+
 import jax
 import pytest
 from hypothesis import HealthCheck, settings
@@ -12,6 +14,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("conformance")
+
+
+@pytest.hookimpl(trylast=True)  # after the tmp_path plugin has made its factory
+def pytest_configure(config):
+    """One JAX compilation cache for the run, shared by the xdist workers and the example
+    subprocesses they start (through the environment): a program compiled by one is loaded by the
+    others, not compiled again. In the run's base temporary directory, so every run starts empty.
+    Set before anything is compiled (JAX decides on first compilation whether to use it)."""
+    base = config._tmp_path_factory.getbasetemp()
+    directory = str((base.parent if hasattr(config, "workerinput") else base) / "jax-compilation-cache")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 @pytest.fixture(scope="session", params=BACKEND_NAMES)

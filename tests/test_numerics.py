@@ -15,6 +15,9 @@ TEMPERATURES = (0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.0)
 SIZES = (2, 10, 100, 1000)
 DTYPES = ("float32", "float64")
 GRID = [(name, t, k, dt) for name in NAMES for t in TEMPERATURES for k in SIZES for dt in DTYPES]
+# the paths that do not depend on the temperature's value (the PPL's trace and replay, gradients
+# being finite): its ends and two inner points
+SPOT_GRID = [params for params in GRID if params[1] in (0.01, 0.1, 0.5, 2.0)]
 
 
 # The envelope beyond the grid: high temperatures and many categories, where Σ b - K logsumexp b
@@ -69,7 +72,7 @@ def test_own_samples_are_scored_exactly_by_the_sampler_and_a_second_distribution
     _assert_scores(second, reference.log_density_at_log_coordinates(name, y_ref, logits2, t2), "second scorer")
 
 
-@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+@pytest.mark.parametrize("name, t, k, dtype", SPOT_GRID, ids=[_grid_id(p) for p in SPOT_GRID])
 def test_scores_survive_sample_trace_and_replay(backend, name, t, k, dtype):
     """The guide draws site "z"; the model (other parameters) scores the replayed value."""
     n = _n(k)
@@ -92,7 +95,7 @@ def _relaxed_kl_estimate(backend, name, num_draws, logits, temperature, prior_lo
     return (q.log_prob(z) - p.log_prob(z)).sum()
 
 
-@pytest.mark.parametrize("name, t, k, dtype", GRID, ids=[_grid_id(p) for p in GRID])
+@pytest.mark.parametrize("name, t, k, dtype", SPOT_GRID, ids=[_grid_id(p) for p in SPOT_GRID])
 def test_gradients_of_scores_are_finite(backend, name, t, k, dtype):
     """Gradients w.r.t. logits and temperature of both densities in log q(z) - log p(z): finite."""
     t2, logits2 = _second_scorer(name, t, k)
