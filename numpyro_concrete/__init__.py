@@ -10,7 +10,7 @@ from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCat
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .infer import VIMCO, ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood
+from .infer import VIMCO, ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood, sample_assignment
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay
@@ -35,6 +35,7 @@ __all__ = [
     "marginal_log_likelihood",
     "discrete_log_likelihood",
     "map_assignment",
+    "sample_assignment",
     "ImportanceWeightedELBO",
     "VIMCO",
     "exponential_decay",

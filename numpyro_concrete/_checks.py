@@ -233,3 +233,13 @@ class ValidatedValues:
                 f"values:\n{value}"
             )
         return mask
+
+
+def infinite_density_message(name, boundary, counterpart):
+    """Why a value where the density is +inf is refused under validation, and what to do."""
+    return (
+        f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
+        f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
+        f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
+        "interior value. (With validate_args=False the limit +inf is returned.)"
+    )

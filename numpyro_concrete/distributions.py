@@ -7,12 +7,14 @@ number or an array whose shape broadcasts with the batch shape and is part of it
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import lazy_property
+from numpyro.util import not_jax_tracer
 
 from . import _carry, _numerics
 from . import constraints as concrete_constraints
-from ._checks import ValidatedValues, promote_params, validation_enabled
+from ._checks import ValidatedValues, infinite_density_message, promote_params, validation_enabled
 from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
@@ -63,6 +65,15 @@ class _ConcreteFamily(ValidatedValues, Distribution):
     def sample(self, key, sample_shape=()):
         return self.sample_with_intermediates(key, sample_shape)[0]
 
+    def _check_key(self, key):
+        if key is None:
+            raise ValueError(
+                f"{type(self).__name__}.sample: key is None; the sampler needs a PRNG key (run the model under "
+                "numpyro.handlers.seed). Predictive(..., infer_discrete=True) runs the model without one and "
+                "enumerates only discrete sites: to sample the discrete graph of a relaxed model from its exact "
+                "posterior, pass it discrete(model, mode='enumerate') (the result holds the enumerated indices)"
+            )
+
     def _coordinates(self, value, kinds, intermediates=None):
         """The log-space coordinates carried by ``value`` (a sample of the family: in the support by
         construction, so not validated again), or None for any other value (see ``_validated``).
@@ -75,6 +86,14 @@ class _ConcreteFamily(ValidatedValues, Distribution):
         (NumPyro's ``@validate_sample``; a concrete value off the support raises)."""
         if self._validate_args:
             return jnp.where(self._validate_sample(value), log_prob, -jnp.inf)
+        return log_prob
+
+    def _refuse_infinite_density(self, log_prob, boundary):
+        """Under validation, +inf anywhere in a concrete ``log_prob`` of a value that is not an own
+        sample (a boundary point where the density diverges: discrete data) raises. Under ``jit``
+        the value is a tracer and the limit is returned."""
+        if self._validate_args and not_jax_tracer(log_prob) and np.any(np.asarray(log_prob) == np.inf):
+            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
         return log_prob
 
 
@@ -97,6 +116,7 @@ class _NaryConcrete(_ConcreteFamily):
         return tuple(jnp.broadcast_shapes(tuple(temperature), param[:-1])), param[-1:]
 
     def _sample_log(self, key, sample_shape):
+        self._check_key(key)
         return _numerics.exp_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
 
@@ -117,7 +137,9 @@ class Concrete(_NaryConcrete):
     any other distribution scoring it), so ``log_prob`` of a sample is finite and exact. A
     :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
     (eager arrays without their intermediates included) are scored from ``log x``; at a boundary
-    point (some ``x_k = 0``) the result is the density's limit.
+    point (some ``x_k = 0``) the result is the density's limit, except that under validation a
+    concrete (not traced) limit of +inf (a one-hot value, for lambda < K - 1) raises: such values
+    are discrete data, scored by :meth:`discrete`.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -135,7 +157,8 @@ class Concrete(_NaryConcrete):
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
-        return self._validated(value, log_prob)
+        log_prob = self._validated(value, log_prob)
+        return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -193,6 +216,7 @@ class _BinaryConcrete(_ConcreteFamily):
         return jax.nn.sigmoid(self.logits)
 
     def _sample_logit(self, key, sample_shape):
+        self._check_key(key)
         return _numerics.logit_bin_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
 
@@ -206,7 +230,9 @@ class BinConcrete(_BinaryConcrete):
     Sampling is :math:`X = \sigma((\log\alpha + L)/\lambda)`, L standard logistic (eq. 16). A
     sample is computed as its logit and shown as ``x = sigmoid(y)``, which rounds to exactly 0 or 1
     at low temperature; the logit is carried with ``x`` (see :class:`Concrete`), so ``log_prob``
-    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit.
+    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit,
+    except that under validation a concrete (not traced) limit of +inf (lambda < 1) raises: 0/1
+    values are discrete data, scored by :meth:`discrete`.
     ``cdf`` and ``icdf`` are closed form: :math:`F(x) = \sigma(\lambda\,\mathrm{logit}(x) - \log\alpha)`.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
@@ -229,7 +255,8 @@ class BinConcrete(_BinaryConcrete):
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
-        return self._validated(value, log_prob)
+        log_prob = self._validated(value, log_prob)
+        return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value):
         if self._validate_args:

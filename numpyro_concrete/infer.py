@@ -19,7 +19,7 @@ from numpyro.primitives import Messenger
 
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
-__all__ = ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
+__all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "discrete_log_likelihood", "ImportanceWeightedELBO"]
 
 
 def _with_params(fn, params):
@@ -107,7 +107,7 @@ def _check_scan(model, args, kwargs, helper):
     for site in scanned:
         base = unwrap(site["fn"])[0]
         relaxed = isinstance(base, CONCRETE_FAMILY)
-        if relaxed or helper == "map_assignment":
+        if relaxed or helper in ("map_assignment", "sample_assignment"):
             why = "whose body keeps its own handlers, so it cannot be swapped for its discrete limit" if relaxed else "where NumPyro cannot decode it"
             raise ValueError(
                 f"{helper}: site {site['name']!r} ({type(base).__name__}) is drawn inside "
@@ -160,20 +160,44 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
+    return _assignment(model, args, kwargs, params, given, 0, jax.random.PRNGKey(0), "map_assignment")
+
+
+def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwargs):
+    """One draw of the Concrete-family latent sites from their exact posterior under the discrete
+    graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
+    whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
+    discrete sites: one call per draw of the continuous globals, passed in ``given``.
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :param rng_key: a PRNG key (default: ``numpyro.prng_key()``, under ``handlers.seed``).
+    :returns: dict from site name to its value in the site's own sample space, as
+        :func:`map_assignment`.
+    """
+    from numpyro import prng_key
+
+    rng_key = prng_key() if rng_key is None else rng_key
+    if rng_key is None:
+        raise ValueError("sample_assignment: rng_key is required (or run it under numpyro.handlers.seed)")
+    return _assignment(model, args, kwargs, params, given, 1, rng_key, "sample_assignment")
+
+
+def _assignment(model, args, kwargs, params, given, temperature, rng_key, helper):
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
     model = _with_given(_with_params(model, params), given)
-    _check_scan(model, args, kwargs, "map_assignment")
+    _check_scan(model, args, kwargs, helper)
     trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
-    _check_given(trace, given, "map_assignment")
-    _check_all_latents_discrete(trace, "map_assignment")
-    _check_full_data(trace, "map_assignment")
+    _check_given(trace, given, helper)
+    _check_all_latents_discrete(trace, helper)
+    _check_full_data(trace, helper)
     swap = DiscreteMessenger(model, mode="enumerate")
     decoded = infer_discrete(
         config_enumerate(swap),
         first_available_dim=-1 - _max_plate_nesting(trace),
-        temperature=0,
-        rng_key=jax.random.PRNGKey(0),
+        temperature=temperature,
+        rng_key=rng_key,
     )
     trace = handlers.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap._to_value

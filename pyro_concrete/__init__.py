@@ -18,6 +18,7 @@ from .infer import (
     discrete_log_likelihood,
     map_assignment,
     marginal_log_likelihood,
+    sample_assignment,
 )
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
@@ -43,6 +44,7 @@ __all__ = [
     "marginal_log_likelihood",
     "discrete_log_likelihood",
     "map_assignment",
+    "sample_assignment",
     "ImportanceWeightedELBO",
     "VIMCO",
     "JitImportanceWeightedELBO",

@@ -12,7 +12,7 @@ from torch.distributions.utils import lazy_property
 
 from . import _carry, _numerics
 from . import constraints as concrete_constraints
-from ._checks import promote_params, validation_enabled
+from ._checks import infinite_density_message, promote_params, validation_enabled
 from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
@@ -52,6 +52,13 @@ class _ConcreteFamily(TorchDistribution):
     def _validate(self, value):
         if self._validate_args:
             self._validate_sample(value)
+
+    def _refuse_infinite_density(self, log_prob, boundary):
+        """``log_prob`` of a value that is not an own sample; under validation, +inf anywhere (a
+        boundary point where the density diverges: discrete data) raises."""
+        if self._validate_args and bool((log_prob == float("inf")).any()):
+            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
+        return log_prob
 
     def _coordinates(self, value, kinds):
         """The log-space coordinates carried by ``value`` (a sample of the family, or a view of one:
@@ -108,7 +115,8 @@ class Concrete(_NaryConcrete):
     differentiable with respect to the sample as well as to the parameters. A
     :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
     are scored from ``log x``; at a boundary point (some ``x_k = 0``) the result is the density's
-    limit.
+    limit, except that under validation a limit of +inf (a one-hot value, for lambda < K - 1)
+    raises: such values are discrete data, scored by :meth:`discrete`.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -125,7 +133,8 @@ class Concrete(_NaryConcrete):
         y = self._coordinates(value, ("log", "straight_through_log"))
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self._t)
-        return _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._t)
+        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._t)
+        return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -198,7 +207,9 @@ class BinConcrete(_BinaryConcrete):
     Sampling is :math:`X = \sigma((\log\alpha + L)/\lambda)`, L standard logistic (eq. 16). A
     sample is computed as its logit and shown as ``x = sigmoid(y)``, which rounds to exactly 0 or 1
     at low temperature; the logit is carried with ``x`` (see :class:`Concrete`), so ``log_prob``
-    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit.
+    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit,
+    except that under validation a limit of +inf (lambda < 1) raises: 0/1 values are discrete
+    data, scored by :meth:`discrete`.
     ``cdf`` and ``icdf`` are closed form: :math:`F(x) = \sigma(\lambda\,\mathrm{logit}(x) - \log\alpha)`.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
@@ -220,7 +231,8 @@ class BinConcrete(_BinaryConcrete):
         y = self._coordinates(value, ("logit", "straight_through_logit"))
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self._t)
-        return _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._t)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._t)
+        return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value):
         self._validate(value)

@@ -22,6 +22,7 @@ from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 __all__ = [
     "marginal_log_likelihood",
     "map_assignment",
+    "sample_assignment",
     "discrete_log_likelihood",
     "ImportanceWeightedELBO",
     "VIMCO",
@@ -192,14 +193,35 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
+    return _assignment(model, args, kwargs, params, given, 0, "map_assignment")
+
+
+def sample_assignment(model, *args, params=None, given=None, **kwargs):
+    """One draw of the Concrete-family latent sites from their exact posterior under the discrete
+    graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
+    whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
+    discrete sites: one call per draw of the continuous globals, passed in ``given`` (not
+    ``Predictive`` over ``infer_discrete``, whose enumeration pass does not see the guide's values).
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :returns: dict from site name to its value in the site's own sample space, as
+        :func:`map_assignment`.
+    """
+    return _assignment(model, args, kwargs, params, given, 1, "sample_assignment")
+
+
+def _assignment(model, args, kwargs, params, given, temperature, helper):
     model = _with_given(_with_params(model, params), given)
     with torch.no_grad(), poutine.block():
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
-        _check_given(trace, given, "map_assignment")
-        _check_all_latents_discrete(trace, "map_assignment")
-        _check_full_data(trace, "map_assignment")
+        _check_given(trace, given, helper)
+        _check_all_latents_discrete(trace, helper)
+        _check_full_data(trace, helper)
         swap = DiscreteMessenger(mode="enumerate")
-        decoded = infer_discrete(config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=0)
+        decoded = infer_discrete(
+            config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature
+        )
         trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap._to_value
     return {

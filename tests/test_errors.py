@@ -145,3 +145,38 @@ def test_the_logits_bounds_leave_resolvable_cases_alone(backend, name):
         d = backend.make(name, temperature, logits=np.array(logits[: len(_good_logits(name))]), dtype=dtype, validate_args=True)
         _, (own,) = backend.score_samples(d, (), (4,), seed=0)
         assert not np.isnan(own).any()
+
+
+# ----------------------------------------------------------------------------- discrete data under a relaxed site
+
+DISCRETE_DATA = {
+    "Concrete": (np.array([0.3, -0.2, 1.0]), np.array([[0.2, 0.3, 0.5], [0.0, 1.0, 0.0]])),
+    "BinConcrete": (np.array([0.3, -0.2]), np.array([[0.4, 0.6], [1.0, 0.0]])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISCRETE_DATA))
+def test_discrete_data_under_a_relaxed_site_raises_naming_the_discrete_counterpart(backend, name):
+    """A one-hot (0/1) observation has infinite Concrete density (T = 0.5 < K - 1, < 1): under
+    validation log_prob raises -- also at an observed site of a model, where the ELBO would
+    otherwise be -inf -- and names .discrete(); without validation, the limit +inf; the discrete
+    counterpart scores the same data with its masses."""
+    logits, values = DISCRETE_DATA[name]
+    counterpart = "OneHotCategorical" if name == "Concrete" else "Bernoulli"
+    message = rf"{name}\.log_prob: .* density is infinite .*{name}\(\.\.\.\)\.discrete\(\) \({counterpart}\)"
+    d = backend.make(name, 0.5, logits=logits, validate_args=True)
+    with pytest.raises(ValueError, match=message):
+        d.log_prob(backend.array(values))
+    interior = backend.numpy(d.log_prob(backend.array(values[:1])))  # no boundary point: scored
+    assert np.all(np.isfinite(interior))
+
+    def model(data):
+        backend.site("y", backend.make(name, 0.5, logits=logits, validate_args=True), obs=data)
+
+    with pytest.raises(ValueError, match=message):
+        backend.run(model, backend.array(values))
+    unvalidated = backend.numpy(backend.make(name, 0.5, logits=logits, validate_args=False).log_prob(backend.array(values)))
+    assert np.all(np.isfinite(unvalidated[0])) and np.all(np.isposinf(unvalidated[1]))
+    masses = backend.numpy(d.discrete().log_prob(backend.array(values[1])))
+    expected = np.log(np.exp(logits) / np.exp(logits).sum())[1] if name == "Concrete" else np.log(1 / (1 + np.exp(-logits * [1, -1])))
+    np.testing.assert_allclose(masses, expected, rtol=1e-10)

@@ -50,10 +50,14 @@ def test_one_array_has_one_log_density_eagerly_and_under_jit(name):
             with pytest.raises(ValueError, match="not a sample"):
                 score(x)
         return
-    eager, jitted = d.log_prob(x), jax.jit(d.log_prob)(x)
+    unvalidated = getattr(nc, name)(0.05, logits=d.logits, validate_args=False)
+    eager, jitted = unvalidated.log_prob(x), jax.jit(unvalidated.log_prob)(x)
     np.testing.assert_array_equal(np.isinf(eager), np.isinf(jitted))
     finite = np.isfinite(eager)
     np.testing.assert_allclose(np.asarray(jitted)[finite], np.asarray(eager)[finite], rtol=1e-12)
+    assert np.isposinf(eager).any()
+    with pytest.raises(ValueError, match="density is infinite"):  # validation, where the value is concrete
+        d.log_prob(x)
     exact = d.log_prob(x, intermediates)
     assert bool(jnp.all(jnp.isfinite(exact)))
     np.testing.assert_allclose(jax.jit(d.log_prob)(x, intermediates), exact, rtol=1e-12)
@@ -242,3 +246,35 @@ def test_concrete_sites_inside_scan_raise_and_point_to_markov(helper):
     call = (lambda: nc.discrete_log_likelihood(model, model, data)) if helper == "discrete_log_likelihood" else (lambda: getattr(nc, helper)(model, data))
     with pytest.raises(ValueError, match=rf"{helper}: site 'x' \(Concrete\) is drawn inside numpyro.contrib.control_flow.scan.*funsor.markov"):
         call()
+
+
+def test_predictive_infer_discrete_draws_the_posterior_given_the_guide_and_a_relaxed_model_explains():
+    """Predictive(discrete(model, mode="enumerate"), guide=..., infer_discrete=True): the discrete
+    sites are drawn from their exact posterior given the guide's globals (NumPyro substitutes them
+    inside its enumeration), as the enumerated indices; the relaxed model itself, which NumPyro runs
+    without a PRNG key there, raises a ValueError saying so instead of a TypeError from jax.random."""
+    from numpyro.infer import Predictive
+    from scipy import stats
+    from scipy.special import softmax
+
+    from tests.helpers import assert_frequencies
+
+    logits, locs = np.array([0.3, -0.2, 0.1]), np.array([0.5, -6.0, 7.0])
+
+    def model(x):
+        means = numpyro.sample("locs", numpyro.distributions.Normal(jnp.zeros(3), 5.0).to_event(1))
+        with numpyro.plate("data", x.shape[0]):
+            z = numpyro.sample("z", nc.Concrete(0.5, logits=jnp.asarray(logits)))
+            numpyro.sample("x", numpyro.distributions.Normal(z @ means, 1.0), obs=x)
+
+    def guide(x):
+        numpyro.sample("locs", numpyro.distributions.Delta(jnp.asarray(locs), event_dim=1))
+
+    data = jnp.full(4000, 0.5)
+    draws = Predictive(nc.discrete(model, mode="enumerate"), guide=guide, num_samples=2, infer_discrete=True)(KEY, data)
+    assert draws["z"].shape == (2, 4000) and jnp.issubdtype(draws["z"].dtype, jnp.integer)
+    posterior = softmax(np.log(softmax(logits)) + stats.norm.logpdf(0.5, locs, 1.0))
+    for row in np.asarray(draws["z"]):
+        assert_frequencies(np.bincount(row, minlength=3), posterior)
+    with pytest.raises(ValueError, match=r"Concrete\.sample: key is None.*discrete\(model, mode='enumerate'\)"):
+        Predictive(model, guide=guide, num_samples=2, infer_discrete=True)(KEY, data)

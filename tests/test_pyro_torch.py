@@ -41,8 +41,11 @@ def test_carried_coordinates_follow_views_of_the_sample():
     assert torch.isfinite(exact).all()
     for view in (x.detach(), x.expand(x.shape), x.view_as(x)):
         torch.testing.assert_close(d.log_prob(view), exact, rtol=0, atol=0)
-    copy = x.detach().clone()  # a copy is user data: scored from log x, the density's limit
-    assert not torch.isfinite(d.log_prob(copy)).all()
+    copy = x.detach().clone()  # a copy is user data: scored from log x, the density's limit (+inf at
+    with pytest.raises(ValueError, match="density is infinite"):  # a vertex: refused under validation)
+        d.log_prob(copy)
+    unvalidated = pc.Concrete(0.01, logits=d.logits, validate_args=False)
+    assert not torch.isfinite(unvalidated.log_prob(copy)).all()
 
 
 def test_straight_through_sample_and_rsample_are_both_discrete():
@@ -72,9 +75,17 @@ def test_a_straight_through_sample_changed_in_place_has_no_relaxed_density():
 
 
 def _scored_as_its_content(d, value):
-    """log_prob of ``value`` equals that of a fresh copy of its content (no carried coordinates)."""
+    """log_prob of ``value`` equals that of a fresh copy of its content (no carried coordinates), or
+    raises as the copy does (under validation, content where the density is +inf)."""
     fresh = value.detach().clone()
-    torch.testing.assert_close(d.log_prob(value), d.log_prob(fresh), rtol=0, atol=0, equal_nan=True)
+    try:
+        expected = d.log_prob(fresh)
+    except ValueError as error:
+        with pytest.raises(ValueError) as raised:
+            d.log_prob(value)
+        assert str(raised.value) == str(error)
+        return
+    torch.testing.assert_close(d.log_prob(value), expected, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("validate", [True, False])
@@ -93,7 +104,8 @@ def test_single_element_writes_through_numpy_and_dlpack_at_a_sentinel_are_caught
     (the first element is always one); see README, Numerics, for what sentinels do not cover."""
     from torch.utils import dlpack
 
-    logits = torch.randn(200, 30, generator=torch.Generator().manual_seed(1))
+    # float64: no sample rounds to 0 or 1, so the edited value has a finite density to compare
+    logits = torch.randn(200, 30, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     d = pc.BinConcrete(0.5, logits=logits, validate_args=validate)
     for alias in (lambda x: torch.from_numpy(x.detach().numpy()), lambda x: dlpack.from_dlpack(dlpack.to_dlpack(x.detach()))):
         x = d.rsample()

@@ -505,3 +505,26 @@ def test_helpers_evaluate_the_discrete_graph_given_latent_globals(backend):
         backend.lib.marginal_log_likelihood(model, data)
     with pytest.raises(ValueError, match=r"given names site\(s\) \['loc'\] that the model does not sample"):
         backend.lib.marginal_log_likelihood(model, data, given={"loc": MEANS[True]})
+
+
+def test_sample_assignment_draws_the_exact_posterior_given_the_globals(backend):
+    """sample_assignment (infer_discrete at temperature 1, values one-hot): 4000 points observed at
+    x = 0.5 with the global locs given share one posterior, which the draws follow -- for two values
+    of locs, so the draw is conditional on ``given`` (Pyro's infer_discrete under Predictive is not:
+    its enumeration pass draws the globals from the prior)."""
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
+        with backend.plate("data", 4000):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    data = backend.array(np.full(4000, 0.5))
+    for locs in (MEANS[True], np.array([0.5, -6.0, 7.0])):
+        draw = backend.sample_assignment(model, data, given={"locs": locs}, seed=3)
+        assert set(draw) == {"z"}
+        z = backend.numpy(draw["z"])
+        assert z.shape == (4000, 3) and set(np.unique(z)) <= {0.0, 1.0}
+        np.testing.assert_array_equal(z.sum(-1), 1.0)
+        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs, 1.0)
+        assert_frequencies(z.sum(0), softmax(log_posterior), f"locs {locs}")

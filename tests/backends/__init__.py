@@ -46,6 +46,8 @@ An adapter provides:
 ``expanded(d, batch_shape)``        the PPL's explicit ExpandedDistribution wrapper
 ``infer_discrete(model, *args, temperature, first_available_dim, seed)``
                                     the PPL's infer_discrete, traced: a Run
+``sample_assignment(model, *args, given, seed)``
+                                    the library's sample_assignment with that seed
 ``enum_loss(model, guide, *args)``  TraceEnum_ELBO's loss
 ``elbo_loss(model, guide, *args, seed, num_particles, loss)``
                                     the loss (default Trace_ELBO) for that seed

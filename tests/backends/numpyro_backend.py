@@ -211,6 +211,9 @@ class Backend:
         )
         return np.asarray(bound)
 
+    def sample_assignment(self, model, *args, given=None, seed=0):
+        return self.lib.sample_assignment(model, *args, given=given, rng_key=jax.random.PRNGKey(seed))
+
     # ---- host generic suite
 
     def pickle_round_trip(self, d):

@@ -213,6 +213,10 @@ class Backend:
         bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params, given=given)
         return self.numpy(bound)
 
+    def sample_assignment(self, model, *args, given=None, seed=0):
+        pyro.set_rng_seed(seed)
+        return self.lib.sample_assignment(model, *args, given=given)
+
     # ---- host generic suite
 
     def pickle_round_trip(self, d):
