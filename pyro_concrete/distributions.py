@@ -55,8 +55,9 @@ class _ConcreteFamily(TorchDistribution):
 
     def _refuse_infinite_density(self, log_prob, boundary):
         """``log_prob`` of a value that is not an own sample; under validation, +inf anywhere (a
-        boundary point where the density diverges: discrete data) raises."""
-        if self._validate_args and bool((log_prob == float("inf")).any()):
+        boundary point where the density diverges: discrete data) raises. Under ``torch.jit.trace``
+        (the ``Jit*`` losses) a check would be baked into the trace: the limit is returned."""
+        if self._validate_args and not torch.jit.is_tracing() and bool((log_prob == float("inf")).any()):
             raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
         return log_prob
 

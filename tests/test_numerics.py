@@ -16,8 +16,8 @@ SIZES = (2, 10, 100, 1000)
 DTYPES = ("float32", "float64")
 GRID = [(name, t, k, dt) for name in NAMES for t in TEMPERATURES for k in SIZES for dt in DTYPES]
 # the paths that do not depend on the temperature's value (the PPL's trace and replay, gradients
-# being finite): its ends and two inner points
-SPOT_GRID = [params for params in GRID if params[1] in (0.01, 0.1, 0.5, 2.0)]
+# being finite): its ends and an inner point
+SPOT_GRID = [params for params in GRID if params[1] in (0.01, 0.5, 2.0)]
 
 
 # The envelope beyond the grid: high temperatures and many categories, where Σ b - K logsumexp b
@@ -195,7 +195,7 @@ def _score_own_sample(backend, name, logits, temperature):
 @given(
     name=st.sampled_from(NAMES),
     # K over [2, 64], stratified: every new K is a new compilation for JAX
-    k=st.sampled_from([2, 3, 5, 8, 13, 31, 64]),
+    k=st.sampled_from([2, 5, 13, 64]),
     t=st.floats(0.01, 10.0),
     data=st.data(),
 )
