@@ -7,6 +7,7 @@
   images for training, the last 10k for validation, the 10k test images for test.
 - any MNIST-format IDX files with ``data_dir`` (``train-images-idx3-ubyte[.gz]``,
   ``t10k-images-idx3-ubyte[.gz]`` and the matching ``*-labels-idx1-ubyte[.gz]``), split as Fashion-MNIST.
+- ``load_iris``: scikit-learn's Iris measurements (bundled, no download), for the mixture of Gaussians.
 """
 
 import gzip
@@ -59,6 +60,19 @@ def _load_digits():
     train, valid, test = order[:1257], order[1257:1437], order[1437:]
     labels = digits.target
     return Dataset("digits", (8, 8), images[train], images[valid], images[test], labels[train], labels[valid], labels[test])
+
+
+IRIS_FEATURES = ("sepal length", "sepal width", "petal length", "petal width")
+
+
+def load_iris():
+    """(measurements, species): the 150 flowers' 4 measurements, each standardized to mean 0 and
+    standard deviation 1 (float32, (150, 4)), and their species (0, 1, 2)."""
+    from sklearn.datasets import load_iris as _load
+
+    iris = _load()
+    x = iris.data - iris.data.mean(0)
+    return (x / x.std(0)).astype(np.float32), iris.target
 
 
 def _find(directory, stem):

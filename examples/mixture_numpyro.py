@@ -91,8 +91,11 @@ def main(argv=None):
     def make_batch(step):
         return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
 
+    # jitted, as the training step: one compilation for every evaluation
+    exact_log_likelihood = jax.jit(lambda params: marginal_log_likelihood(mixture.model, test, params=params))
+
     def test_log_likelihood(params):
-        return float(marginal_log_likelihood(mixture.model, test, params=params)) / len(test)
+        return float(exact_log_likelihood(params)) / len(test)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=test_log_likelihood)

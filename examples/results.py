@@ -54,6 +54,9 @@ def _runs():
         for training in ("relaxed", "enumerate"):
             for seed in range(5):
                 runs[f"digits-mixture-{ppl}-{training}-seed{seed}"] = (f"mixture_{ppl}", ["--training", training, "--seed", str(seed)])
+                # the tutorial shapes: continuous and discrete latents (Iris), a markov chain (the digits' rows)
+                runs[f"iris-gmm-{ppl}-{training}-seed{seed}"] = (f"gmm_{ppl}", ["--training", training, "--seed", str(seed)])
+            runs[f"digits-hmm-{ppl}-{training}"] = (f"hmm_{ppl}", ["--training", training])
     # beyond m = 1 (NumPyro, the faster one here): REINFORCE, 4-ary nodes, a longer run
     runs["fmnist-dvae-numpyro-binary-reinforce"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--estimator", "reinforce"])
     runs["fmnist-dvae-numpyro-4ary-m1"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--arity", "4"])
@@ -161,6 +164,30 @@ def table(results_dir):
 
         label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
         print(f"| {backend} | {label} | {stat('test_log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    print()
+    print("Gaussian mixture of the Iris flowers (Pyro's GMM tutorial model: latent weights, locations, scales with an "
+          "AutoNormal guide), K = 3, 2000 steps: log p(x \\| globals at the guide's median), exact; mean +- sd over 5 seeds")
+    print("| PPL | training | log p(x \\| globals) per flower | MAP accuracy (species) | MAP ARI |")
+    print("|---|---|---|---|---|")
+    groups = defaultdict(list)
+    for name, m in rows("iris-gmm"):
+        groups[(m["backend"], m["training"])].append(m)
+    for (backend, training), ms in sorted(groups.items()):
+        def stat(key):
+            values = np.array([m[key] for m in ms])
+            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+
+        label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
+        print(f"| {backend} | {label} | {stat('log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    print()
+    print("Hidden Markov model of the 8x8 digits read row by row, 8 states, 3000 steps: test log p(x) by the forward "
+          "algorithm (exact), Viterbi paths")
+    print("| PPL | training | test log p(x) per image (exact) | pixels the Viterbi states reconstruct | states used | training time |")
+    print("|---|---|---|---|---|---|")
+    for name, m in rows("digits-hmm"):
+        label = "relaxed (Concrete, SVI)" if m["training"] == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
+        print(f"| {m['backend']} | {label} | {m['test_log_likelihood']:.2f} | {m['viterbi_pixel_accuracy']:.3f} | "
+              f"{m['states_used']} | {_minutes(m['train_seconds'])} |")
     print()
     print("Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic test-time gates")
     print("| PPL | lambda (nats per open gate) | open gates (of 100) | expected L0 | test accuracy | training time |")

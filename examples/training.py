@@ -348,6 +348,31 @@ def save_image_grid(out, filename, rows, image_shape, row_titles):
     plt.close(fig)
 
 
+def plot_clusters(out, points, clusters, feature_names, filename="clusters.png"):
+    """Every pair of the columns of ``points`` (n, d), the points coloured by their cluster."""
+    if out is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points, d = np.asarray(points), np.shape(points)[1]
+    fig, axes = plt.subplots(d, d, figsize=(1.8 * d, 1.8 * d), squeeze=False)
+    for i in range(d):
+        for j in range(d):
+            ax = axes[i, j]
+            ax.set_xticks([]), ax.set_yticks([])
+            if i == j:
+                ax.text(0.5, 0.5, feature_names[i], ha="center", va="center", fontsize=8, transform=ax.transAxes)
+            else:
+                ax.scatter(points[:, j], points[:, i], c=np.asarray(clusters), cmap="tab10", vmin=0, vmax=9, s=4)
+    fig.suptitle("MAP clusters", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, filename), dpi=120)
+    plt.close(fig)
+
+
 class Clock:
     """Wall time of the training loop, accumulated over resumed runs, excluding what runs in
     ``paused()`` (evaluation, checkpoints). Wall time, not time inside the step call: with JAX's

@@ -186,26 +186,47 @@ def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwa
 def _assignment(model, args, kwargs, params, given, temperature, rng_key, helper):
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
-    model = _with_given(_with_params(model, params), given)
-    _check_scan(model, args, kwargs, helper)
-    trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
-    _check_given(trace, given, helper)
-    _check_all_latents_discrete(trace, helper)
-    _check_full_data(trace, helper)
-    swap = DiscreteMessenger(model, mode="enumerate")
-    decoded = infer_discrete(
-        config_enumerate(swap),
-        first_available_dim=-1 - _max_plate_nesting(trace),
-        temperature=temperature,
-        rng_key=rng_key,
-    )
-    trace = handlers.trace(decoded).get_trace(*args, **kwargs)
-    to_value = swap._to_value
-    return {
-        site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
-        for site in _sample_sites(trace)
-        if not site["is_observed"]
-    }
+    def decode(arrays, args, kwargs):
+        params, given, rng_key = arrays
+        conditioned = _with_given(_with_params(model, params), given)
+        _check_scan(conditioned, args, kwargs, helper)
+        trace = _trace(discrete(conditioned, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+        _check_given(trace, given, helper)
+        _check_all_latents_discrete(trace, helper)
+        _check_full_data(trace, helper)
+        swap = DiscreteMessenger(conditioned, mode="enumerate")
+        decoded = infer_discrete(
+            config_enumerate(swap), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature, rng_key=rng_key
+        )
+        trace = handlers.trace(decoded).get_trace(*args, **kwargs)
+        to_value = swap._to_value
+        return {
+            site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+            for site in _sample_sites(trace)
+            if not site["is_observed"]
+        }
+
+    return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+
+
+def _compiled_if_possible(fn, arrays, args, kwargs):
+    """``fn(arrays, args, kwargs)`` under ``jax.jit``, with the array leaves of ``args`` and
+    ``kwargs`` as arguments (the rest, e.g. Python numbers, fixed); eagerly where the model cannot be
+    traced (it branches on a value). Compiled, the model's runs are traced once, not run op by op. Eagerly, funsor's decoding of a ``markov`` chain materializes
+    the joint of all its steps (an 8-step, 8-state HMM of 100 sequences: over 24 GB; compiled: 0.6 GB)."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
+
+    def run(arrays, array_leaves):
+        given_leaves = iter(array_leaves)
+        args, kwargs = jax.tree_util.tree_unflatten(treedef, [next(given_leaves) if a else leaf for leaf, a in zip(leaves, is_array)])
+        return fn(arrays, args, kwargs)
+
+    array_leaves = [leaf for leaf, a in zip(leaves, is_array) if a]
+    try:
+        return jax.jit(run)(arrays, array_leaves)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return run(arrays, array_leaves)
 
 
 def _relaxed_latents(trace):

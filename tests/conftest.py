@@ -1,10 +1,18 @@
 import os
 
-import jax
-import pytest
-from hypothesis import HealthCheck, settings
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per xdist worker (the suite runs -n 2 on 2 cores): intra-op thread pools of torch,
+    # OpenMP and XLA beside another worker only spin and wait (13 % of the wall time on a subset).
+    # Set before torch or JAX starts; the example subprocesses inherit it.
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
-from tests.backends import BACKEND_NAMES, load_backend
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from tests.backends import BACKEND_NAMES, load_backend  # noqa: E402
 
 settings.register_profile(
     "conformance",

@@ -30,26 +30,33 @@ def _run(module, argv):
     "example, options, outputs",
     [
         ("dvae", ["--eval-samples", "5", "--arity", "4", "--particles", "3", "--layers", "2"], ["images.png"]),
-        # the score-function runs on small linear networks (a nonlinear one runs above, 2 layers)
-        ("dvae", ["--eval-samples", "5", "--estimator", "reinforce", "--arity", "8", *SMALL], ["images.png"]),
+        # VIMCO on small linear networks (a nonlinear one runs above, 2 layers; REINFORCE, 8-ary, in the resume test)
         ("dvae", ["--eval-samples", "5", "--estimator", "reinforce", "--particles", "3", "--layers", "2", *SMALL], ["images.png"]),
         ("structured", ["--eval-samples", "5"], ["completions.png"]),
         ("mixture", [], ["components.png"]),
         ("mixture", ["--training", "enumerate"], ["components.png"]),
+        # the tutorial shapes: continuous and discrete latents; a markov chain (relaxed training; both
+        # evaluate the discrete graph exactly)
+        ("gmm", [], ["clusters.png"]),
+        ("hmm", ["--states", "4"], ["viterbi.png"]),
     ],
-    ids=["dvae-4ary-m3-2layers", "dvae-reinforce-8ary", "dvae-vimco-m3-2layers", "structured", "mixture", "mixture-enumerate"],
+    ids=["dvae-4ary-m3-2layers", "dvae-vimco-m3-2layers", "structured", "mixture", "mixture-enumerate", "gmm", "hmm"],
 )
 def test_example_runs_and_writes_its_outputs(ppl, example, options, outputs, tmp_path):
-    """(The binary discrete VAE runs in the resume tests and tiny_run, on small linear networks;
-    the nonlinear networks run here in the 4-ary one.)"""
+    """(The binary discrete VAE runs in tiny_run and the SIGTERM test, the 8-ary one with REINFORCE
+    in the resume test, on small linear networks; the nonlinear networks run here in the 4-ary one.)"""
     metrics = _run(f"{example}_{ppl}", FAST + options + ["--out", str(tmp_path)])
     for name in ["metrics.json", "learning_curve.png", "checkpoint.bin"] + outputs:
         assert (tmp_path / name).stat().st_size > 0, name
     written = json.loads((tmp_path / "metrics.json").read_text())
     assert written["steps"] == 12 and written["backend"] == ppl
-    value = written.get("test_nll", -written.get("test_log_likelihood", np.nan))
+    value = written.get("test_nll", -written.get("test_log_likelihood", written.get("log_likelihood", np.nan)))
     assert np.isfinite(value) and value > 0
     assert metrics["steps"] == 12
+    if example == "gmm":  # 150 flowers, 3 species
+        assert 1 / 3 <= written["accuracy"] <= 1 and -1 <= written["ari"] <= 1
+    if example == "hmm":
+        assert 0 <= written["viterbi_pixel_accuracy"] <= 1 and 1 <= written["states_used"] <= 4
 
 
 def _parameters(ppl, out):
@@ -68,7 +75,8 @@ def _parameters(ppl, out):
 
 @pytest.mark.parametrize("ppl", PPLS)
 @pytest.mark.parametrize("example, options", [
-    ("dvae", ["--eval-samples", "3", *SMALL]),
+    # REINFORCE: its learned baseline is part of what a checkpoint must restore
+    ("dvae", ["--eval-samples", "3", "--estimator", "reinforce", "--arity", "8", *SMALL]),
     ("l0", ["--hidden", "16"]),
 ])
 def test_resume_gives_the_uninterrupted_parameters(ppl, example, options, tmp_path):
@@ -173,7 +181,7 @@ def test_l0_penalty_closes_the_gates(ppl):
 
 # the cheapest discrete VAE (8 latent units, linear networks, a 1-sample test bound); tiny_run trains it one step
 TINY = ["--no-progress", "--latent-units", "8", "--conditioning", "linear", "--eval-samples", "1"]
-SCRIPTS = [f"{example}_{ppl}" for example in ("dvae", "structured", "mixture", "l0") for ppl in PPLS]
+SCRIPTS = [f"{example}_{ppl}" for example in ("dvae", "structured", "mixture", "l0", "gmm", "hmm") for ppl in PPLS]
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +357,7 @@ def test_atomic_write_follows_the_umask(tmp_path):
 
 # ----------------------------------------------------------------------------- no lost run, no silent wrong run: --out, --resume, option values
 
-EXAMPLES = ("dvae", "structured", "mixture", "l0")
+EXAMPLES = ("dvae", "structured", "mixture", "l0", "gmm", "hmm")
 
 
 @pytest.fixture
@@ -426,9 +434,10 @@ def test_results_runs_resume_or_start_where_the_check_allows(tmp_path, monkeypat
 # every option that counts something (>= 1) or is a rate or temperature (finite, > 0), per example
 COUNTS = ["--steps", "--batch-size", "--checkpoint-every", "--eval-every"]
 OWN_COUNTS = {"dvae": ["--particles", "--eval-samples", "--latent-units"], "structured": ["--particles", "--eval-samples", "--latent-units"],
-              "mixture": ["--components"], "l0": ["--hidden"]}
+              "mixture": ["--components"], "l0": ["--hidden"], "gmm": ["--components"], "hmm": ["--states"]}
 RATES = {"dvae": ["--lr", "--prior-temperature", "--posterior-temperature"], "structured": ["--lr", "--temperature"],
-         "mixture": ["--lr", "--prior-temperature", "--posterior-temperature"], "l0": ["--lr", "--temperature"]}
+         "mixture": ["--lr", "--prior-temperature", "--posterior-temperature"], "l0": ["--lr", "--temperature"],
+         "gmm": ["--lr", "--prior-temperature", "--posterior-temperature"], "hmm": ["--lr", "--prior-temperature", "--posterior-temperature"]}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

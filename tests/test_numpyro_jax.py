@@ -278,3 +278,60 @@ def test_predictive_infer_discrete_draws_the_posterior_given_the_guide_and_a_rel
         assert_frequencies(np.bincount(row, minlength=3), posterior)
     with pytest.raises(ValueError, match=r"Concrete\.sample: key is None.*discrete\(model, mode='enumerate'\)"):
         Predictive(model, guide=guide, num_samples=2, infer_discrete=True)(KEY, data)
+
+
+def _row_hmm(sequences, steps, states, branch_on_data=False):
+    """An HMM of ``steps`` binary 4-pixel rows per sequence over ``states`` Concrete states in a
+    ``markov`` loop (the shape of examples/hmm_numpyro.py), its parameters, and the model's record
+    of whether it ran on tracers (compiled) or on arrays."""
+    from numpyro.contrib.funsor import markov
+
+    rng = np.random.default_rng(5)
+    init, trans = rng.normal(size=states), rng.normal(size=(states, states))
+    emit = 2 * rng.normal(size=(states, 4))
+    data = (rng.random((sequences, steps, 4)) < 0.5).astype(np.float32)
+    traced = []
+
+    def model(rows):
+        traced.append(isinstance(rows, jax.core.Tracer))
+        if branch_on_data and float(rows.sum()) < 0:  # a model that branches on a value: cannot be compiled
+            raise AssertionError
+        assert branch_on_data or traced[-1], "run eagerly, which takes a joint over every step (over 24 GB)"
+        with numpyro.plate("data", rows.shape[0]):
+            z = None
+            for t in markov(range(steps)):
+                z = numpyro.sample(f"z_{t}", nc.Concrete(0.5, logits=jnp.asarray(init) if z is None else z @ jnp.asarray(trans)))
+                numpyro.sample(f"row_{t}", numpyro.distributions.Bernoulli(logits=z @ jnp.asarray(emit)).to_event(1), obs=rows[:, t])
+
+    return model, jnp.asarray(data), (init, trans, emit), traced
+
+
+def _viterbi(data, init, trans, emit):
+    """The MAP state path of each sequence, by the Viterbi recursion in NumPy."""
+    from scipy.special import log_expit, log_softmax
+
+    log_init, log_trans = log_softmax(init), log_softmax(trans, -1)
+    log_emit = (data[:, :, None, :] * log_expit(emit) + (1 - data[:, :, None, :]) * log_expit(-emit)).sum(-1)  # (n, T, K)
+    score, back = log_init + log_emit[:, 0], []
+    for t in range(1, data.shape[1]):
+        candidates = score[:, :, None] + log_trans  # (n, from, to)
+        back.append(candidates.argmax(1))
+        score = candidates.max(1) + log_emit[:, t]
+    path = [score.argmax(-1)]
+    for pointers in reversed(back):
+        path.append(np.take_along_axis(pointers, path[-1][:, None], 1)[:, 0])
+    return np.stack(path[::-1], 1)
+
+
+@pytest.mark.parametrize("branch_on_data", [False, True], ids=["compiled", "eager-fallback"])
+def test_map_assignment_of_a_markov_chain_is_compiled_where_the_model_allows(branch_on_data):
+    """map_assignment decodes under jax.jit (funsor's eager decoding of a markov chain builds the
+    joint of all its steps: 8 steps, 8 states, 100 sequences took over 24 GB), the Viterbi path of
+    every sequence; a model that branches on a value (not traceable) is decoded eagerly, on a chain
+    short enough for that."""
+    sequences, steps, states = (200, 8, 8) if not branch_on_data else (20, 4, 3)
+    model, data, (init, trans, emit), traced = _row_hmm(sequences, steps, states, branch_on_data)
+    decoded = nc.map_assignment(model, data)
+    assert branch_on_data == (not traced[-1])  # the fallback's last runs are eager, after the compiled attempt
+    path = np.stack([np.asarray(decoded[f"z_{t}"]).argmax(-1) for t in range(steps)], 1)
+    np.testing.assert_array_equal(path, _viterbi(np.asarray(data, np.float64), init, trans, emit))
