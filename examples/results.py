@@ -120,6 +120,23 @@ def _estimator(metrics):
     return "REINFORCE" if metrics["particles"] == 1 else "VIMCO"
 
 
+def _training(training):
+    return "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
+
+
+def _seed_rows(runs, keys):
+    """One table row per (PPL, training): mean +- sd over the seeds of each of ``keys``."""
+    groups = defaultdict(list)
+    for name, m in runs:
+        groups[(m["backend"], m["training"])].append(m)
+    for (backend, training), ms in sorted(groups.items()):
+        def stat(key):
+            values = np.array([m[key] for m in ms])
+            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+
+        print(f"| {backend} | {_training(training)} | " + " | ".join(stat(key) for key in keys) + " |")
+
+
 def table(results_dir):
     results = _load(results_dir)
 
@@ -154,39 +171,20 @@ def table(results_dir):
     print("Bernoulli mixture of the binarized 8x8 digits, K = 10, 3000 steps: mean +- sd over 5 seeds")
     print("| PPL | training | test log p(x) per image (exact) | MAP accuracy | MAP ARI |")
     print("|---|---|---|---|---|")
-    groups = defaultdict(list)
-    for name, m in rows("digits-mixture"):
-        groups[(m["backend"], m["training"])].append(m)
-    for (backend, training), ms in sorted(groups.items()):
-        def stat(key):
-            values = np.array([m[key] for m in ms])
-            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
-
-        label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
-        print(f"| {backend} | {label} | {stat('test_log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    _seed_rows(rows("digits-mixture"), ["test_log_likelihood", "accuracy", "ari"])
     print()
     print("Gaussian mixture of the Iris flowers (Pyro's GMM tutorial model: latent weights, locations, scales with an "
           "AutoNormal guide), K = 3, 2000 steps: log p(x \\| globals at the guide's median), exact; mean +- sd over 5 seeds")
     print("| PPL | training | log p(x \\| globals) per flower | MAP accuracy (species) | MAP ARI |")
     print("|---|---|---|---|---|")
-    groups = defaultdict(list)
-    for name, m in rows("iris-gmm"):
-        groups[(m["backend"], m["training"])].append(m)
-    for (backend, training), ms in sorted(groups.items()):
-        def stat(key):
-            values = np.array([m[key] for m in ms])
-            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
-
-        label = "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
-        print(f"| {backend} | {label} | {stat('log_likelihood')} | {stat('accuracy')} | {stat('ari')} |")
+    _seed_rows(rows("iris-gmm"), ["log_likelihood", "accuracy", "ari"])
     print()
     print("Hidden Markov model of the 8x8 digits read row by row, 8 states, 3000 steps: test log p(x) by the forward "
           "algorithm (exact), Viterbi paths")
     print("| PPL | training | test log p(x) per image (exact) | pixels the Viterbi states reconstruct | states used | training time |")
     print("|---|---|---|---|---|---|")
     for name, m in rows("digits-hmm"):
-        label = "relaxed (Concrete, SVI)" if m["training"] == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
-        print(f"| {m['backend']} | {label} | {m['test_log_likelihood']:.2f} | {m['viterbi_pixel_accuracy']:.3f} | "
+        print(f"| {m['backend']} | {_training(m['training'])} | {m['test_log_likelihood']:.2f} | {m['viterbi_pixel_accuracy']:.3f} | "
               f"{m['states_used']} | {_minutes(m['train_seconds'])} |")
     print()
     print("Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic test-time gates")

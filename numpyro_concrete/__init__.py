@@ -10,7 +10,15 @@ from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCat
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .infer import VIMCO, ImportanceWeightedELBO, discrete_log_likelihood, map_assignment, marginal_log_likelihood, sample_assignment
+from .infer import (
+    VIMCO,
+    ImportanceWeightedELBO,
+    Predictive,
+    discrete_log_likelihood,
+    map_assignment,
+    marginal_log_likelihood,
+    sample_assignment,
+)
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay
@@ -36,6 +44,7 @@ __all__ = [
     "discrete_log_likelihood",
     "map_assignment",
     "sample_assignment",
+    "Predictive",
     "ImportanceWeightedELBO",
     "VIMCO",
     "exponential_decay",

@@ -23,6 +23,7 @@ __all__ = [
     "marginal_log_likelihood",
     "map_assignment",
     "sample_assignment",
+    "Predictive",
     "discrete_log_likelihood",
     "ImportanceWeightedELBO",
     "VIMCO",
@@ -209,6 +210,55 @@ def sample_assignment(model, *args, params=None, given=None, **kwargs):
         :func:`map_assignment`.
     """
     return _assignment(model, args, kwargs, params, given, 1, "sample_assignment")
+
+
+def _is_relaxed_sample(msg):
+    return msg["type"] == "sample" and isinstance(unwrap(msg["fn"])[0], CONCRETE_FAMILY)
+
+
+class Predictive(pyro.infer.Predictive):
+    """``pyro.infer.Predictive`` for models with Concrete-family sites; the same arguments. With
+    ``infer_discrete=True`` it draws from the model's *discrete graph*: every Concrete-family site
+    is drawn from its exact posterior (enumerated, given the observations and the other latents drawn
+    from ``guide`` or taken from ``posterior_samples``) and returned in the site's own sample space
+    (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
+    LogitBinConcrete), not as the enumerated index. The guide's Concrete-family sites are hidden
+    (the discrete draws do not start from the guide's relaxed ones). Without ``infer_discrete``,
+    ``pyro.infer.Predictive`` as it is.
+
+    (Pyro's own ``Predictive`` around ``infer_discrete`` draws the discrete sites given globals from
+    the prior, not the guide's; here each draw is :func:`sample_assignment` given that draw's other
+    latents, one draw at a time.)
+    """
+
+    def __init__(self, model, posterior_samples=None, guide=None, num_samples=None, return_sites=(), parallel=False, *,
+                 infer_discrete=False):
+        if infer_discrete and guide is not None:
+            guide = poutine.block(guide, hide_fn=_is_relaxed_sample)
+        super().__init__(model, posterior_samples, guide, num_samples, return_sites, parallel)
+        self.infer_discrete = infer_discrete
+
+    def forward(self, *args, **kwargs):
+        if not self.infer_discrete:
+            return super().forward(*args, **kwargs)
+        posterior = self.posterior_samples
+        if self.guide is not None:
+            guide_draws = pyro.infer.Predictive(self.guide, posterior, num_samples=self.num_samples, parallel=self.parallel)
+            posterior = {**posterior, **guide_draws(*args, **kwargs)}
+        draws = [self._draw({name: value[i] for name, value in posterior.items()}, args, kwargs) for i in range(self.num_samples)]
+        return {name: torch.stack([draw[name] for draw in draws]) for name in draws[0]}
+
+    def _draw(self, given, args, kwargs):
+        """One draw: the Concrete-family sites from their exact posterior given ``given``, then the
+        model's other sites given both (as ``pyro.infer.Predictive`` picks its sites)."""
+        assignment = sample_assignment(self.model, *args, given=given, **kwargs)
+        with torch.no_grad():
+            trace = poutine.trace(poutine.condition(discrete(self.model, mode="sample"), data={**given, **assignment})).get_trace(*args, **kwargs)
+        if self.return_sites:
+            names = self.return_sites
+        else:
+            names = [site["name"] for site in _sample_sites(trace) if self.guide is not None or site["name"] not in given]
+        return {name: trace.nodes[name]["value"] for name in names}
 
 
 def _assignment(model, args, kwargs, params, given, temperature, helper):

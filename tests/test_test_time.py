@@ -528,3 +528,31 @@ def test_sample_assignment_draws_the_exact_posterior_given_the_globals(backend):
         np.testing.assert_array_equal(z.sum(-1), 1.0)
         log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs, 1.0)
         assert_frequencies(z.sum(0), softmax(log_posterior), f"locs {locs}")
+
+
+def test_predictive_with_infer_discrete_draws_the_exact_posterior_in_the_sites_space(backend):
+    """Predictive(model, guide=..., infer_discrete=True) on the relaxed model itself: per draw of
+    the guide's locs, the Concrete site from its exact posterior given them, as one-hot values (not
+    enumerated indices); the guide's own relaxed z is hidden. The guide's locs are drawn from a
+    Normal whose two modes of draws give two posteriors, so the draws must follow each draw's locs."""
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(np.zeros(3)), 5.0).to_event(1))
+        with backend.plate("data", 4000):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    def guide(x):
+        backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
+        with backend.plate("data", 4000):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(np.zeros(3))))
+
+    data = backend.array(np.full(4000, 0.5))
+    draws = backend.predictive(model, data, guide=guide, num_samples=3, return_sites=["locs", "z"], infer_discrete=True, seed=2)
+    z, locs = backend.numpy(draws["z"]), backend.numpy(draws["locs"])
+    assert z.shape == (3, 4000, 3) and set(np.unique(z)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(z.sum(-1), 1.0)
+    assert np.ptp(locs, axis=0).max() > 0.5  # the draws' locs differ, and so do their posteriors
+    for z_i, locs_i in zip(z, locs):
+        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
+        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")

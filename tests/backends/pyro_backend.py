@@ -217,6 +217,10 @@ class Backend:
         pyro.set_rng_seed(seed)
         return self.lib.sample_assignment(model, *args, given=given)
 
+    def predictive(self, model, *args, guide=None, num_samples=1, return_sites=None, infer_discrete=False, seed=0):
+        pyro.set_rng_seed(seed)
+        return self.lib.Predictive(model, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete)(*args)
+
     # ---- host generic suite
 
     def pickle_round_trip(self, d):
