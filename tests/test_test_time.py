@@ -556,3 +556,23 @@ def test_predictive_with_infer_discrete_draws_the_exact_posterior_in_the_sites_s
     for z_i, locs_i in zip(z, locs):
         log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
         assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+
+
+def test_a_point_mass_guide_on_a_concrete_latent_has_no_optimum(backend):
+    """Issue 13 item 9, documented in the README (API, autoguides), checked here: a MAP guide
+    (Delta, as AutoDelta draws) on a Concrete site maximizes log p(x, z), which is unbounded at the
+    simplex's vertices for temperature < K - 1. On a mixture-shaped model, the loss at
+    z = (1 - 2 eps, eps, eps) falls like -(K - 1 - temperature) log(1 / eps) as eps -> 0."""
+    temperature, eps = 0.5, np.array([1e-6, 1e-9, 1e-12])
+
+    def model(x):
+        z = backend.site("z", backend.lib.Concrete(temperature, logits=backend.array(LOGITS[True])))
+        backend.site("x", backend.normal(z @ backend.array(MEANS[True]), 1.0), obs=x)
+
+    losses = []
+    for e in eps:
+        point = backend.array(np.array([1 - 2 * e, e, e]))
+        losses.append(float(backend.elbo_loss(model, lambda x, point=point: backend.site("z", backend.delta(point, event_dim=1)),
+                                              backend.array(np.array(-2.9)))))
+    slopes = np.diff(losses) / np.diff(np.log(1 / eps))
+    np.testing.assert_allclose(slopes, -(3 - 1 - temperature), rtol=1e-3)
