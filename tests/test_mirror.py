@@ -1,0 +1,82 @@
+"""The two packages mirror each other (issue 14): the same public names, the same signatures
+(parameter names, kinds and defaults; not the array types in the hints) and the same first
+docstring line, up to the host's name. Each difference the hosts' idioms impose is listed here with
+its reason; a new difference fails, and so does a listed one that has gone."""
+
+import inspect
+import re
+
+import pytest
+
+pyro_concrete = pytest.importorskip("pyro_concrete")
+numpyro_concrete = pytest.importorskip("numpyro_concrete")
+
+# public names in one package only
+ONLY_IN = {
+    "pyro": {
+        "JitImportanceWeightedELBO": "torch.jit.trace of the loss, Pyro's JitTrace_ELBO idiom; NumPyro's SVI jits every loss",
+        "JitVIMCO": "as JitImportanceWeightedELBO",
+    },
+    "numpyro": {},
+}
+# the parameters only NumPyro's version takes
+NUMPYRO_ONLY_PARAMETERS = {"rng_key": "JAX's explicit randomness (Pyro draws from torch's global generator)"}
+# names whose signature follows the host class they extend, not the other package
+HOST_SIGNATURES = {
+    "Predictive": "each takes its host's Predictive arguments (Pyro's positional, NumPyro's keyword-only) plus infer_discrete",
+}
+# names whose first docstring line says which host class they extend
+HOST_DOCSTRINGS = {
+    "Bernoulli": "Pyro's Bernoulli vs NumPyro's BernoulliLogits, which also takes probs",
+    "OneHotCategorical": "Pyro's OneHotCategorical vs NumPyro's own categorical over one-hot vectors",
+}
+# the host-specific words that may differ in a first docstring line (the longer name first)
+HOST_WORDS = [("numpyro_concrete", "PKG"), ("pyro_concrete", "PKG"), ("poutine.reparam", "REPARAM"),
+              ("handlers.reparam", "REPARAM"), ("numpyro.infer.", "HOST."), ("pyro.infer.", "HOST.")]
+
+
+def _public(package):
+    return set(package.__all__)
+
+
+def test_both_packages_export_the_same_public_names():
+    only_pyro = _public(pyro_concrete) - _public(numpyro_concrete)
+    only_numpyro = _public(numpyro_concrete) - _public(pyro_concrete)
+    assert only_pyro == set(ONLY_IN["pyro"]) and only_numpyro == set(ONLY_IN["numpyro"])
+
+
+def _parameters(obj, drop=()):
+    """(name, kind, default) of each parameter of a function or class, or None for other objects."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+        return None
+    return [(p.name, p.kind, p.default) for p in inspect.signature(obj).parameters.values() if p.name not in drop]
+
+
+def _first_line(obj):
+    line = (inspect.getdoc(obj) or "").split("\n")[0]
+    for word, neutral in HOST_WORDS:
+        line = line.replace(word, neutral)
+    return re.sub(r"\s+", " ", line).strip()
+
+
+SHARED = sorted(_public(pyro_concrete) & _public(numpyro_concrete))
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_names_have_the_same_signature_and_first_docstring_line(name):
+    ours, theirs = getattr(pyro_concrete, name), getattr(numpyro_concrete, name)
+    same_signature = _parameters(ours) == _parameters(theirs, drop=NUMPYRO_ONLY_PARAMETERS)
+    assert same_signature != (name in HOST_SIGNATURES), (
+        f"{name}: {_parameters(ours)} vs {_parameters(theirs)}" if not same_signature else f"{name} needs no exception now"
+    )
+    same_line = _first_line(ours) == _first_line(theirs)
+    assert same_line != (name in HOST_DOCSTRINGS), (
+        f"{name}: {_first_line(ours)!r} vs {_first_line(theirs)!r}" if not same_line else f"{name} needs no exception now"
+    )
+    assert _first_line(ours), f"{name} has no docstring"
+
+
+def test_predictive_takes_infer_discrete_in_both():
+    for package in (pyro_concrete, numpyro_concrete):
+        parameter = inspect.signature(package.Predictive).parameters["infer_discrete"]
+        assert parameter.default is False and parameter.kind == parameter.KEYWORD_ONLY
