@@ -600,8 +600,11 @@ class ImportanceWeightedELBO(ELBO):
     """The importance-weighted bound L_m (paper eq. 8; Burda et al. 2016) as an SVI loss:
     ``-sum log (1/m) sum_i p(x, z_i) / q(z_i)`` with the m particles drawn in parallel -- one bound
     per element of ``plate`` (each data point with its own m particles, as the paper trains and
-    evaluates), or one for all observations jointly, as ``RenyiELBO(alpha=0)`` computes. m = 1 is
-    the ELBO. The guide's sites must be reparameterized (relaxed sites are).
+    evaluates), or with ``plate=None`` one for all observations jointly. m = 1 is the ELBO. The
+    host's ``RenyiELBO(alpha=0)`` also bounds per element, but only of the plates that enclose every
+    sample site (a global latent outside the data plate makes its bound joint, silently); here
+    ``plate`` is named, and a latent outside it raises a ValueError (condition it on a value, or
+    pass ``plate=None``). The guide's sites must be reparameterized (relaxed sites are).
 
     :param int num_particles: m.
     :param str plate: the data plate, or None.
