@@ -2,7 +2,7 @@ import os
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One thread per xdist worker (the suite runs -n 2 on 2 cores): intra-op thread pools of torch,
-    # OpenMP and XLA beside another worker only spin and wait (13 % of the wall time on a subset).
+    # OpenMP and XLA beside another worker only spin and wait.
     # Set before torch or JAX starts; the example subprocesses inherit it.
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_variable, "1")

@@ -191,7 +191,7 @@ def _score_own_sample(backend, name, logits, temperature):
     return q.log_prob(backend.sample(q, (8,), seed=0)).sum()
 
 
-# (name, K): every new pair is a new JAX compilation (~2.4 s), so five fixed pairs, every name and
+# (name, K): every new pair is a new JAX compilation, so five fixed pairs, every name and
 # K from 2 to 64 among them; the values (logits, temperature, seed) are what is fuzzed
 FUZZ_SHAPES = [("Concrete", 2), ("Concrete", 64), ("ExpConcrete", 13), ("BinConcrete", 5), ("LogitBinConcrete", 64)]
 

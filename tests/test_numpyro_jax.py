@@ -296,7 +296,7 @@ def _row_hmm(sequences, steps, states, branch_on_data=False):
         traced.append(isinstance(rows, jax.core.Tracer))
         if branch_on_data and float(rows.sum()) < 0:  # a model that branches on a value: cannot be compiled
             raise AssertionError
-        assert branch_on_data or traced[-1], "run eagerly, which takes a joint over every step (over 24 GB)"
+        assert branch_on_data or traced[-1], "run eagerly, where decoding a long chain runs out of memory"
         with numpyro.plate("data", rows.shape[0]):
             z = None
             for t in markov(range(steps)):
@@ -325,9 +325,8 @@ def _viterbi(data, init, trans, emit):
 
 @pytest.mark.parametrize("branch_on_data", [False, True], ids=["compiled", "eager-fallback"])
 def test_map_assignment_of_a_markov_chain_is_compiled_where_the_model_allows(branch_on_data):
-    """map_assignment decodes under jax.jit (funsor's eager decoding of a markov chain builds the
-    joint of all its steps: 8 steps, 8 states, 100 sequences took over 24 GB), the Viterbi path of
-    every sequence; a model that branches on a value (not traceable) is decoded eagerly, on a chain
+    """map_assignment decodes under jax.jit (funsor's eager decoding of this chain runs out of
+    memory on this machine), the Viterbi path of every sequence; a model that branches on a value (not traceable) is decoded eagerly, on a chain
     short enough for that."""
     sequences, steps, states = (200, 8, 8) if not branch_on_data else (20, 4, 3)
     model, data, (init, trans, emit), traced = _row_hmm(sequences, steps, states, branch_on_data)
