@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from tests.backends import BACKEND_NAMES, load_backend  # noqa: E402
+from tests.worker_teardown import pytest_sessionfinish  # noqa: E402,F401  (a hook)
 
 settings.register_profile(
     "conformance",
