@@ -4,9 +4,10 @@ Maddison, Mnih & Teh, "The Concrete Distribution: A Continuous Relaxation of Dis
 Variables", ICLR 2017.
 """
 
-from . import constraints, transforms  # noqa: F401  (registers biject_to)
+# constraints and transforms register biject_to; limits holds the zero-temperature limits
+# (limits.OneHotCategorical, limits.Bernoulli, ...), not exported here: they would shadow the host's
+from . import constraints, limits, transforms  # noqa: F401
 from .constraints import log_simplex
-from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
@@ -31,10 +32,6 @@ __all__ = [
     "ConcreteStraightThrough",
     "BinConcreteStraightThrough",
     "HardConcrete",
-    "OneHotCategorical",
-    "ExpOneHotCategorical",
-    "Bernoulli",
-    "LogitBernoulli",
     "log_simplex",
     "discrete",
     "relax",

@@ -43,9 +43,9 @@ def _drop(key, ref):
 
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
-    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
-    ``"straight_through_log"`` / ``"straight_through_logit"``: a straight-through value whose relaxed
-    sample is exp / sigmoid of the coordinates; ``"log_simplex"``, ``"real"``: ``value`` is an
+    (a ``concrete_common.kinds.Kind``; ``LOG``: value = exp(coordinates); ``LOGIT``: value =
+    sigmoid(coordinates); ``STRAIGHT_THROUGH_LOG`` / ``_LOGIT``: a straight-through value whose relaxed
+    sample is exp / sigmoid of the coordinates; ``LOG_SIMPLEX``, ``REAL``: ``value`` is an
     ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
     None, so that ``log_prob`` may skip the boundary check and the validation of the value).
     Concrete arrays are not recorded (see the module docstring). Returns value."""

@@ -18,15 +18,13 @@ import numpy as np
 from numpyro.distributions import Distribution
 from numpyro.util import not_jax_tracer
 
+from concrete_common.messages import bound_message, boundary_probs_message, fail
+
 from .constraints import simplex_tolerance
 
 
 def validation_enabled(validate_args):
     return Distribution._validate_args if validate_args is None else bool(validate_args)
-
-
-def _fail(cls_name, message):
-    raise ValueError(f"{cls_name}: {message}")
 
 
 def _as_float_array(x, dtype=None):
@@ -44,7 +42,7 @@ def _readable(x):
 
 def _check_not_bool(cls_name, name, x):
     if isinstance(x, (bool, np.bool_)) or jnp.result_type(x) == jnp.bool_:
-        _fail(cls_name, f"{name} must be a number or a floating-point array, got the boolean {x!r}")
+        fail(cls_name, f"{name} must be a number or a floating-point array, got the boolean {x!r}")
 
 
 def _check_values(cls_name, name, x, low_open=None, high_open=None):
@@ -52,13 +50,13 @@ def _check_values(cls_name, name, x, low_open=None, high_open=None):
     if x is None:
         return
     if np.isnan(x).any():
-        _fail(cls_name, f"{name} contains NaN")
+        fail(cls_name, f"{name} contains NaN")
     if np.isinf(x).any():
-        _fail(cls_name, f"{name} must be finite, found {x[np.isinf(x)].flatten()[0]}")
+        fail(cls_name, f"{name} must be finite, found {x[np.isinf(x)].flatten()[0]}")
     if low_open is not None and (x <= low_open).any():
-        _fail(cls_name, f"{name} must be > {low_open}, found {x.min():g}")
+        fail(cls_name, f"{name} must be > {low_open}, found {x.min():g}")
     if high_open is not None and (x >= high_open).any():
-        _fail(cls_name, f"{name} must be < {high_open}, found {x.max():g}")
+        fail(cls_name, f"{name} must be < {high_open}, found {x.max():g}")
 
 
 def logits_bounds(dtype):
@@ -87,22 +85,7 @@ def _check_logits(cls_name, logits, temperature, dtype):
     coldest = float(temperature.min()) if temperature is not None and temperature.size else math.inf
     magnitude, ratio = logits_bounds(dtype)
     if not (largest <= magnitude and largest <= ratio * coldest):
-        _fail(cls_name, _bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
-
-
-def _bound_message(largest, coldest, magnitude, ratio, dtype):
-    if largest > magnitude:
-        return (
-            f"|logits| must stay below {magnitude:g} in {dtype}, found {largest:g}: beyond, rounding in "
-            "logits + noise loses the sampler's noise and samples and densities would be wrong; to mask a "
-            "category give it a logit a few hundred below the others (or use float64)"
-        )
-    return (
-        f"|logits| / temperature must stay below {ratio:.3g} in {dtype} (a sample's log coordinates are "
-        f"(logits + noise) / temperature, and their sums must stay finite): found |logits| up to {largest:g} "
-        f"with temperature {coldest:g}; rescale the logits (only their differences matter in the n-ary case) "
-        "or raise the temperature"
-    )
+        fail(cls_name, bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
 
 
 def _check_probs(cls_name, probs, categorical, dtype):
@@ -110,29 +93,16 @@ def _check_probs(cls_name, probs, categorical, dtype):
     if probs is None:
         return
     if np.isnan(probs).any():
-        _fail(cls_name, "probs contains NaN")
+        fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():
-        _fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min():g}, {probs.max():g}]")
+        fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min():g}, {probs.max():g}]")
     if categorical and probs.ndim:
         error = np.abs(probs.sum(-1) - 1).max()
         if error > simplex_tolerance(np.zeros(probs.shape[-1:], dtype)):
-            _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
+            fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
     # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
     if (probs == 0).any() or (not categorical and (probs == 1).any()):
-        _fail(cls_name, _boundary_probs_message(categorical))
-
-
-def _boundary_probs_message(categorical):
-    if categorical:
-        return (
-            "probs must be positive: a probability of exactly 0 is alpha_k = 0, outside the Concrete family "
-            "(every alpha_k must be > 0; a probability that rounds to 1 beside positive ones is fine); to make "
-            "a category negligible, pass logits instead with it a few hundred below the others"
-        )
-    return (
-        "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
-        "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead"
-    )
+        fail(cls_name, boundary_probs_message(categorical))
 
 
 def _validate_inputs(cls_name, temperature, logits, probs, categorical, dtype):
@@ -159,7 +129,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     are checked as given (NumPy or concrete inputs inside ``jit`` included).
     """
     if (logits is None) == (probs is None):
-        _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+        fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
     _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
     given = (temperature, logits, probs)
@@ -171,13 +141,13 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
 
     if categorical:
         if jnp.ndim(logits) < 1:
-            _fail(cls_name, "logits must have a last axis of categories, got a scalar")
+            fail(cls_name, "logits must have a last axis of categories, got a scalar")
         if jnp.shape(logits)[-1] < 2:
-            _fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {jnp.shape(logits)[-1]}")
+            fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {jnp.shape(logits)[-1]}")
 
     if isinstance(temperature, numbers.Real):
         if not (math.isfinite(temperature) and temperature > 0):
-            _fail(cls_name, f"temperature must be positive and finite, got {temperature}")
+            fail(cls_name, f"temperature must be positive and finite, got {temperature}")
         temperature = jnp.asarray(float(temperature), dtype=logits.dtype)
     else:
         temperature = _as_float_array(temperature, logits.dtype)
@@ -191,7 +161,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     try:
         batch_shape = tuple(jnp.broadcast_shapes(jnp.shape(temperature), param_batch_shape))
     except ValueError:
-        _fail(
+        fail(
             cls_name,
             f"temperature of shape {tuple(jnp.shape(temperature))} does not broadcast with the batch shape "
             f"{tuple(param_batch_shape)} of the logits; temperature is a batch parameter "
@@ -233,13 +203,3 @@ class ValidatedValues:
                 f"values:\n{value}"
             )
         return mask
-
-
-def infinite_density_message(name, boundary, counterpart):
-    """Why a value where the density is +inf is refused under validation, and what to do."""
-    return (
-        f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
-        f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
-        f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
-        "interior value. (With validate_args=False the limit +inf is returned.)"
-    )

@@ -3,7 +3,8 @@
 Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
 the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
-``temperature`` always has the batch shape; ``logits`` has it too (plus the category axis).
+``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it. (The
+NumPyro distributions give it the whole batch shape, as batch parameters of a pytree.)
 Boundary branches are evaluated on inputs that are finite for them, so that ``jnp.where`` never
 multiplies a zero cotangent by an infinite derivative (no NaN under ``jax.grad``). The kernels are
 jitted: an eager call compiles one program per shape instead of one per primitive, and inside an

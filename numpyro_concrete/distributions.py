@@ -12,10 +12,13 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import lazy_property
 from numpyro.util import not_jax_tracer
 
+from concrete_common.kinds import Kind
+from concrete_common.messages import infinite_density_message
+
 from . import _carry, _numerics
 from . import constraints as concrete_constraints
-from ._checks import ValidatedValues, infinite_density_message, promote_params, validation_enabled
-from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
+from ._checks import ValidatedValues, promote_params, validation_enabled
+from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
 
@@ -150,10 +153,10 @@ class Concrete(_NaryConcrete):
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_log(key, sample_shape)
-        return _carry.attach(jnp.exp(y), y, "log"), [y]
+        return _carry.attach(jnp.exp(y), y, Kind.LOG), [y]
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, ("log", "straight_through_log"), intermediates)
+        y = self._coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
         if y is not None:
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
@@ -191,10 +194,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _carry.attach(self._sample_log(key, sample_shape), None, "log_simplex"), []
+        return _carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
 
     def log_prob(self, value, intermediates=None):
-        if self._coordinates(value, ("log_simplex",)) is not None:  # an own sample: no -inf entries
+        if self._coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
@@ -244,14 +247,14 @@ class BinConcrete(_BinaryConcrete):
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_logit(key, sample_shape)
-        return _carry.attach(jax.nn.sigmoid(y), y, "logit"), [y]
+        return _carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
 
     def _logit_of(self, value):
-        y = _carry.recall(value, ("logit",))
+        y = _carry.recall(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, ("logit", "straight_through_logit"), intermediates)
+        y = self._coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
         if y is not None:
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
@@ -265,7 +268,7 @@ class BinConcrete(_BinaryConcrete):
 
     def icdf(self, value):
         y = (self.logits + _numerics.logit(value)) / self.temperature
-        return _carry.attach(jax.nn.sigmoid(y), y, "logit")
+        return _carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
@@ -291,10 +294,10 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _carry.attach(self._sample_logit(key, sample_shape), None, "real"), []
+        return _carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
 
     def log_prob(self, value, intermediates=None):
-        own = self._coordinates(value, ("real",)) is not None  # checks the value's shape first
+        own = self._coordinates(value, (Kind.REAL,)) is not None  # checks the value's shape first
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
         return log_prob if own else self._validated(value, log_prob)
 

@@ -18,14 +18,15 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.primitives import _PYRO_STACK, Messenger
 
-from .discrete import Bernoulli, OneHotCategorical
+from concrete_common.kinds import Mode, check_mode
+
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
+from .limits import OneHotCategorical
 
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
 CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
-MODES = ("sample", "enumerate", "argmax")
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -110,9 +111,7 @@ class DiscreteMessenger(Messenger):
     plates are left alone. See :func:`discrete`."""
 
     def __init__(self, fn=None, mode="sample", sites=None):
-        if mode not in MODES:
-            raise ValueError(f"discrete: mode must be one of {MODES}, got {mode!r}")
-        self.mode = mode
+        self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
         self._to_value = {}
         super().__init__(fn)
@@ -135,7 +134,7 @@ class DiscreteMessenger(Messenger):
         base, wrappers = unwrap(msg["fn"])
         if not isinstance(base, CONCRETE_FAMILY):
             return
-        if self.mode == "enumerate":
+        if self.mode is Mode.ENUMERATE:
             self._check_handler_order(msg["name"])
             if any(method == "to_event" and n > 0 for method, n in wrappers):
                 raise ValueError(
@@ -152,7 +151,7 @@ class DiscreteMessenger(Messenger):
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)
-        if self.mode == "argmax":
+        if self.mode is Mode.ARGMAX:
             msg["value"] = jnp.broadcast_to(limit.mode, msg["fn"].shape())
 
     def postprocess_message(self, msg):

@@ -1,7 +1,6 @@
 """Hard Concrete (Louizos, Welling & Kingma, "Learning Sparse Neural Networks through L0
 Regularization", ICLR 2018): a BinConcrete stretched to (low, high) and clipped to [0, 1]."""
 
-import math
 import numbers
 
 import jax
@@ -10,61 +9,13 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.util import not_jax_tracer
 
+from concrete_common import stretch
+
 from . import _numerics
-from .discrete import Bernoulli
+from .limits import Bernoulli
 from .distributions import _BinaryConcrete
 
 __all__ = ["HardConcrete"]
-
-_BOUNDS = {"low": "< 0", "high": "> 1"}  # what each end of the stretch must be (and stay in the dtype)
-
-
-def _fail(cls_name, name, given, converted=None, dtype=None):
-    text = repr(given) if isinstance(given, int) else repr(float(given))
-    if converted is not None and not (math.isnan(given) and math.isnan(converted)) and converted != given:
-        text += f" ({float(converted)!r} in {dtype})"  # finite or of the right sign only before the conversion
-    raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]}, got {text}")
-
-
-def _in_bounds(name, x):
-    return (x < 0) if name == "low" else (x > 1)
-
-
-def _check_end(cls_name, name, given, converted, dtype):
-    """Raises unless every entry of ``converted`` (``given`` in the distribution's dtype, both
-    NumPy arrays) is finite and on the right side of 0 (low) or 1 (high)."""
-    ok = _in_bounds(name, converted) & np.isfinite(converted)
-    if not bool(ok.all()):
-        first = int(np.argmin(ok.ravel()))
-        _fail(cls_name, name, given.flatten()[first].item(), converted.flatten()[first].item(), dtype)
-
-
-def _check_number(cls_name, name, x, numpy_type, dtype_name):
-    """A Python (or NumPy scalar) number x as a float, after checking it and its rounding to the dtype."""
-    try:
-        value = float(x)
-    except OverflowError:  # an int beyond any float
-        _fail(cls_name, name, x)
-    if numpy_type is np.float64:
-        converted = value
-    else:
-        with np.errstate(over="ignore"):
-            converted = float(numpy_type(value))
-    if not (math.isfinite(converted) and _in_bounds(name, converted)):
-        _fail(cls_name, name, value, converted, dtype_name)
-    return value
-
-
-def _broadcast_shapes(a, b):
-    """NumPy's broadcasting rule for two shapes (a ValueError if they do not broadcast), without
-    the per-call overhead of the library versions on this path, which every construction takes."""
-    a, b = tuple(a), tuple(b)
-    if len(a) < len(b):
-        a, b = b, a
-    b = (1,) * (len(a) - len(b)) + b
-    if any(m != n and m != 1 and n != 1 for m, n in zip(a, b)):
-        raise ValueError(f"shapes {a} and {b} do not broadcast")
-    return tuple(n if m == 1 else m for m, n in zip(a, b))
 
 
 def promote_end(cls_name, name, x, like, batch_shape, validate):
@@ -80,7 +31,7 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
     """
     dtype = like.dtype
     if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):  # the common case, checked in Python
-        converted = _check_number(cls_name, name, x, np.dtype(dtype).type, np.dtype(dtype).name)
+        converted = stretch.check_number(cls_name, name, x, np.dtype(dtype).type, np.dtype(dtype).name)
         return jnp.asarray(converted, dtype=dtype), tuple(batch_shape)
     traced = not not_jax_tracer(x)
     if traced or isinstance(x, jax.Array):
@@ -92,10 +43,10 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
             given = np.asarray(None)
         kind = given.dtype
     if kind == jnp.bool_ or not (jnp.issubdtype(kind, jnp.floating) or jnp.issubdtype(kind, jnp.integer)):
-        raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]} or an array of them, got {x!r}")
+        raise ValueError(f"{cls_name}: {name} must be a finite number {stretch.BOUNDS[name]} or an array of them, got {x!r}")
     shape = tuple(jnp.shape(x)) if given is None else given.shape
     try:
-        batch_shape = _broadcast_shapes(batch_shape, shape)
+        batch_shape = stretch.broadcast_shapes(batch_shape, shape)
     except ValueError:
         raise ValueError(
             f"{cls_name}: {name} of shape {shape} does not broadcast with the batch shape {tuple(batch_shape)}; "
@@ -104,7 +55,7 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
     if not traced and validate:
         given = np.asarray(x) if given is None else given
         with np.errstate(over="ignore", invalid="ignore"):
-            _check_end(cls_name, name, given, given.astype(np.dtype(dtype)), np.dtype(dtype).name)
+            stretch.check_end(cls_name, name, given, given.astype(np.dtype(dtype)), np.dtype(dtype).name)
     return jnp.asarray(x, dtype=dtype), batch_shape
 
 

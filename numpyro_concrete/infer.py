@@ -18,6 +18,8 @@ from numpyro.infer import ELBO, TraceEnum_ELBO
 from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
 from numpyro.primitives import Messenger
 
+from concrete_common import messages
+
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood", "ImportanceWeightedELBO"]
@@ -51,9 +53,7 @@ def _with_given(fn, given):
 
 
 def _check_given(trace, given, helper):
-    unknown = sorted(set(given or {}) - {site["name"] for site in _sample_sites(trace)})
-    if unknown:
-        raise ValueError(f"{helper}: given names site(s) {unknown} that the model does not sample")
+    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
 
 
 def _sample_sites(trace):
@@ -70,11 +70,7 @@ def _check_all_latents_discrete(trace, helper):
         if site["is_observed"]:
             continue
         if not getattr(site["fn"], "has_enumerate_support", False):
-            raise ValueError(
-                f"{helper} sums out discrete latent sites exactly; site {site['name']!r} holds "
-                f"{type(unwrap(site['fn'])[0]).__name__}, which is neither Concrete-family nor enumerable: "
-                f"evaluate at a value of it with given={{{site['name']!r}: value}}"
-            )
+            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
 
 
 def _check_full_data(trace, helper):
@@ -82,16 +78,7 @@ def _check_full_data(trace, helper):
     subsample scaled up to the plate's size, raises."""
     for site in trace.values():
         if site["type"] == "plate" and site["value"] is not None:
-            _raise_subsampled(helper, site["name"], len(site["value"]), site["args"][0])
-
-
-def _raise_subsampled(helper, plate, subsample_size, size):
-    if subsample_size < size:
-        raise ValueError(
-            f"{helper} evaluates the whole data set, but plate {plate!r} subsamples {subsample_size} of its "
-            f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
-            "the full plate (subsample_size=None)"
-        )
+            messages.check_full_plate(helper, site["name"], len(site["value"]), site["args"][0])
 
 
 def _scanned_sites(trace):
@@ -436,19 +423,10 @@ def _per_element(log_prob, site, plate, caller):
         return jnp.sum(log_prob)
     frames = [f for f in site["cond_indep_stack"] if f.name == plate]
     if not frames:
-        raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
+        raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
     log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
     keep = jnp.ndim(log_prob) + frames[0].dim
     return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
-
-
-def _global_latent_message(caller, site, plate):
-    return (
-        f"{caller}: site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
-        f"inside the plate (a global's proposal and density cannot be split between elements). Condition it on "
-        f"a value (poutine.condition / numpyro.handlers.condition, e.g. its posterior mean) for the bounds "
-        f"log p(x_n | {site}), or pass plate=None for one bound of all observations"
-    )
 
 
 def _log_weights(model_trace, guide_trace, plate, caller, given_globals=False):
@@ -468,7 +446,7 @@ def _log_weights(model_trace, guide_trace, plate, caller, given_globals=False):
             if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
                 if site["is_observed"]:
                     continue
-                raise ValueError(_global_latent_message(caller, site["name"], plate))
+                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
             total = total + sign * _per_element(_site_log_prob(site), site, plate, caller)
     return total
 

@@ -16,6 +16,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer.reparam import Reparam
 
+from concrete_common.kinds import Kind
+
 from . import _carry, _numerics
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 
@@ -28,9 +30,9 @@ class LogSpaceReparam(Reparam):
     def __call__(self, name, fn, obs):
         fn, expand_shape, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
-            node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", jnp.exp, _numerics.log
+            node, suffix, kind, show, coordinates = ExpConcrete, "log", Kind.LOG, jnp.exp, _numerics.log
         elif type(fn) is BinConcrete:
-            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", jax.nn.sigmoid, _numerics.logit
+            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", Kind.LOGIT, jax.nn.sigmoid, _numerics.logit
         else:
             raise ValueError(
                 f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
@@ -49,7 +51,5 @@ class LogSpaceReparam(Reparam):
 
 def log_space_config(msg):
     """A ``handlers.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site."""
-    fn = msg["fn"]
-    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
-        fn = fn.base_dist
+    fn = LogSpaceReparam()._unwrap(msg["fn"])[0]  # what the host's Reparam unwraps
     return LogSpaceReparam() if type(fn) in (Concrete, BinConcrete) else None

@@ -15,6 +15,8 @@ that can be determined for certain: ``log_prob`` raises a ValueError saying so.
 import jax
 import jax.numpy as jnp
 
+from concrete_common.kinds import Kind
+
 from . import _carry, _numerics
 from .distributions import BinConcrete, Concrete
 
@@ -51,7 +53,7 @@ class ConcreteStraightThrough(Concrete):
     :param probs: alpha / sum(alpha) instead of ``logits``; entries positive (one may round to 1).
     """
 
-    _kind = "straight_through_log"
+    _kind = Kind.STRAIGHT_THROUGH_LOG
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_log(key, sample_shape)
@@ -75,7 +77,7 @@ class BinConcreteStraightThrough(BinConcrete):
     :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
     """
 
-    _kind = "straight_through_logit"
+    _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_logit(key, sample_shape)

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import IdentityTransform, ParameterFreeTransform, biject_to
 
+from concrete_common.kinds import Kind
+
 from . import _carry
 from . import constraints as concrete_constraints
 from ._numerics import log, logit
@@ -62,16 +64,16 @@ class SimplexTransform(_VectorTransform):
 
     def __call__(self, u):
         y = _log_softmax_padded(u)
-        return _carry.attach(jnp.exp(y), y, "log")
+        return _carry.attach(jnp.exp(y), y, Kind.LOG)
 
     def _inverse(self, x):
-        y = _carry.recall(x, ("log",))
+        y = _carry.recall(x, (Kind.LOG,))
         if y is None:
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):
-        y = _carry.recall(x, ("log",))
+        y = _carry.recall(x, (Kind.LOG,))
         if y is None:
             y = _log_softmax_padded(u)
         return y.sum(-1)
@@ -85,10 +87,10 @@ class UnitIntervalTransform(ParameterFreeTransform):
     sign = 1
 
     def __call__(self, u):
-        return _carry.attach(jax.nn.sigmoid(u), u, "logit")
+        return _carry.attach(jax.nn.sigmoid(u), u, Kind.LOGIT)
 
     def _inverse(self, x):
-        y = _carry.recall(x, ("logit",))
+        y = _carry.recall(x, (Kind.LOGIT,))
         return logit(x) if y is None else y
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):

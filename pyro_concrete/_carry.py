@@ -39,8 +39,6 @@ from ._tracing import quiet_under_trace
 
 _entries = {}
 
-# the kinds whose last axis is an event (a point of the simplex, or of log Δ)
-_N_ARY = frozenset({"log", "log_simplex", "straight_through_log"})
 _SENTINEL_ROWS = 4
 _SENTINEL_ELEMENTS = 16
 
@@ -64,15 +62,15 @@ def _drop(key, ref):
 
 
 def _rows(flat_sample, kind, num_categories):
-    return flat_sample.view(-1, num_categories) if kind in _N_ARY else flat_sample
+    return flat_sample.view(-1, num_categories) if kind.n_ary else flat_sample
 
 
 @quiet_under_trace
 def attach(value, coordinates, kind):
     """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
-    (``"log"``: value = exp(coordinates); ``"logit"``: value = sigmoid(coordinates);
-    ``"straight_through_log"`` / ``"straight_through_logit"``: a straight-through value whose relaxed
-    sample is exp / sigmoid of the coordinates; ``"log_simplex"``, ``"real"``: ``value`` is an
+    (a ``concrete_common.kinds.Kind``; ``LOG``: value = exp(coordinates); ``LOGIT``: value =
+    sigmoid(coordinates); ``STRAIGHT_THROUGH_LOG`` / ``_LOGIT``: a straight-through value whose relaxed
+    sample is exp / sigmoid of the coordinates; ``LOG_SIMPLEX``, ``REAL``: ``value`` is an
     ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
     None, so that ``log_prob`` may skip the boundary check and the validation of the value).
     Returns value."""
@@ -101,7 +99,7 @@ def attach(value, coordinates, kind):
         entry.copy = sample.clone()
     else:  # rows spread evenly from the first to (about) the last, by slicing: no index tensor
         rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
-        count = _SENTINEL_ROWS if kind in _N_ARY else _SENTINEL_ELEMENTS
+        count = _SENTINEL_ROWS if kind.n_ary else _SENTINEL_ELEMENTS
         entry.sentinel_step = max(1, (rows.shape[0] - 1) // (count - 1))
         entry.sentinels = rows[:: entry.sentinel_step][:count].clone()
     _entries[key] = entry
@@ -140,7 +138,7 @@ def _view(entry, sample, value, coordinates):
         return coordinates
     if not entry.owns_storage:
         return None
-    if entry.kind in _N_ARY:  # every row of the value must be a row of the sample
+    if entry.kind.n_ary:  # every row of the value must be a row of the sample
         num_categories = sample.shape[-1]
         if value.dim() == 0 or value.shape[-1] != num_categories or (value.stride(-1) != 1 and num_categories > 1):
             return None
@@ -257,5 +255,5 @@ def scoring_coordinates(value, kinds):
         return y.detach()
     if not _connected(value, sample):
         y = y.detach()
-    relaxed = None if entry.kind.startswith("straight_through") else value.detach()
-    return _Link.apply(value, y, relaxed, entry.kind.endswith("logit"))
+    relaxed = None if entry.kind.straight_through else value.detach()
+    return _Link.apply(value, y, relaxed, entry.kind.binary)

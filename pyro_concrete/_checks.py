@@ -13,16 +13,14 @@ import numbers
 import torch
 from torch.distributions import Distribution
 
+from concrete_common.messages import bound_message, boundary_probs_message, fail
+
 from ._tracing import quiet_under_trace
 from .constraints import simplex_tolerance
 
 
 def validation_enabled(validate_args):
     return Distribution._validate_args if validate_args is None else bool(validate_args)
-
-
-def _fail(cls_name, message):
-    raise ValueError(f"{cls_name}: {message}")
 
 
 def _as_float_tensor(x, dtype=None):
@@ -39,18 +37,18 @@ def _check_values(cls_name, name, x, low_open=None, high_open=None):
     if low_open is None and high_open is None and bool(torch.isfinite(x.sum())):
         return
     if torch.isnan(x).any():
-        _fail(cls_name, f"{name} contains NaN")
+        fail(cls_name, f"{name} contains NaN")
     if torch.isinf(x).any():
-        _fail(cls_name, f"{name} must be finite, found {x[torch.isinf(x)].flatten()[0].item()}")
+        fail(cls_name, f"{name} must be finite, found {x[torch.isinf(x)].flatten()[0].item()}")
     if low_open is not None and (x <= low_open).any():
-        _fail(cls_name, f"{name} must be > {low_open}, found {x.min().item():g}")
+        fail(cls_name, f"{name} must be > {low_open}, found {x.min().item():g}")
     if high_open is not None and (x >= high_open).any():
-        _fail(cls_name, f"{name} must be < {high_open}, found {x.max().item():g}")
+        fail(cls_name, f"{name} must be < {high_open}, found {x.max().item():g}")
 
 
 def _check_not_bool(cls_name, name, x):
     if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
-        _fail(cls_name, f"{name} must be a number or a floating-point tensor, got the boolean {x!r}")
+        fail(cls_name, f"{name} must be a number or a floating-point tensor, got the boolean {x!r}")
 
 
 def logits_bounds(dtype):
@@ -77,49 +75,21 @@ def _check_logits(cls_name, logits, temperature):
         return
     _check_values(cls_name, "logits", logits)  # names NaN or an infinity
     dtype = str(logits.dtype).replace("torch.", "")
-    _fail(cls_name, _bound_message(largest, coldest, magnitude, ratio, dtype))
-
-
-def _bound_message(largest, coldest, magnitude, ratio, dtype):
-    if largest > magnitude:
-        return (
-            f"|logits| must stay below {magnitude:g} in {dtype}, found {largest:g}: beyond, rounding in "
-            "logits + noise loses the sampler's noise and samples and densities would be wrong; to mask a "
-            "category give it a logit a few hundred below the others (or use float64)"
-        )
-    return (
-        f"|logits| / temperature must stay below {ratio:.3g} in {dtype} (a sample's log coordinates are "
-        f"(logits + noise) / temperature, and their sums must stay finite): found |logits| up to {largest:g} "
-        f"with temperature {coldest:g}; rescale the logits (only their differences matter in the n-ary case) "
-        "or raise the temperature"
-    )
+    fail(cls_name, bound_message(largest, coldest, magnitude, ratio, dtype))
 
 
 def _check_probs(cls_name, probs, categorical):
     if torch.isnan(probs).any():
-        _fail(cls_name, "probs contains NaN")
+        fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():
-        _fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min().item():g}, {probs.max().item():g}]")
+        fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min().item():g}, {probs.max().item():g}]")
     if categorical:
         error = (probs.sum(-1) - 1).abs().max().item()
         if error > simplex_tolerance(probs):
-            _fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
+            fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
     # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
     if (probs == 0).any() or (not categorical and (probs == 1).any()):
-        _fail(cls_name, _boundary_probs_message(categorical))
-
-
-def _boundary_probs_message(categorical):
-    if categorical:
-        return (
-            "probs must be positive: a probability of exactly 0 is alpha_k = 0, outside the Concrete family "
-            "(every alpha_k must be > 0; a probability that rounds to 1 beside positive ones is fine); to make "
-            "a category negligible, pass logits instead with it a few hundred below the others"
-        )
-    return (
-        "probs must lie strictly inside (0, 1): a probability of exactly 0 or 1 is an infinite "
-        "logit, outside the Concrete family (alpha in (0, inf)); pass finite logits instead"
-    )
+        fail(cls_name, boundary_probs_message(categorical))
 
 
 @quiet_under_trace
@@ -133,7 +103,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     ``logits.shape[:-event_dim]`` and becomes part of the batch shape.
     """
     if (logits is None) == (probs is None):
-        _fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+        fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
     _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
     if probs is not None:
@@ -146,13 +116,13 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
 
     if categorical:
         if logits.dim() < 1:
-            _fail(cls_name, "logits must have a last axis of categories, got a scalar")
+            fail(cls_name, "logits must have a last axis of categories, got a scalar")
         if logits.shape[-1] < 2:
-            _fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {logits.shape[-1]}")
+            fail(cls_name, f"needs at least 2 categories, got logits with last axis of size {logits.shape[-1]}")
 
     if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
         if not (math.isfinite(temperature) and temperature > 0):
-            _fail(cls_name, f"temperature must be positive and finite, got {temperature}")
+            fail(cls_name, f"temperature must be positive and finite, got {temperature}")
         temperature = torch.tensor(float(temperature), dtype=logits.dtype, device=logits.device)
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
@@ -169,7 +139,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     try:  # torch.broadcast_shapes costs more than the rest of a small distribution's construction
         batch_shape = param_batch_shape if temperature.dim() == 0 else torch.broadcast_shapes(temperature.shape, param_batch_shape)
     except RuntimeError:
-        _fail(
+        fail(
             cls_name,
             f"temperature of shape {tuple(temperature.shape)} does not broadcast with the batch shape "
             f"{tuple(param_batch_shape)} of the logits; temperature is a batch parameter "
@@ -179,13 +149,3 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     logits = logits.expand(batch_shape + event_shape)
     probs = None if probs is None else probs.expand(batch_shape + event_shape)
     return temperature, logits, probs, batch_shape
-
-
-def infinite_density_message(name, boundary, counterpart):
-    """Why a value where the density is +inf is refused under validation, and what to do."""
-    return (
-        f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
-        f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
-        f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
-        "interior value. (With validate_args=False the limit +inf is returned.)"
-    )

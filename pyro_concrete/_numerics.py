@@ -3,8 +3,8 @@
 Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
 the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
-``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it
-(a 0-dim temperature keeps torch on its scalar fast paths).
+``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it. (The
+Pyro distributions keep a number's temperature 0-dim: torch's scalar fast paths.)
 Boundary branches are evaluated on inputs that are finite for them, so that ``torch.where`` never
 multiplies a zero gradient by an infinite derivative (no NaN in backward).
 """

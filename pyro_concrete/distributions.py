@@ -10,10 +10,13 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 from torch.distributions.utils import lazy_property
 
+from concrete_common.kinds import Kind
+from concrete_common.messages import infinite_density_message
+
 from . import _carry, _numerics
 from . import constraints as concrete_constraints
-from ._checks import infinite_density_message, promote_params, validation_enabled
-from .discrete import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
+from ._checks import promote_params, validation_enabled
+from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
 
@@ -29,8 +32,7 @@ class _ConcreteFamily(TorchDistribution):
         temperature, self.logits, probs, batch_shape = promote_params(
             type(self).__name__, temperature, logits, probs, self._event_dim, validate
         )
-        self._t = temperature  # broadcastable to the batch shape; what the kernels read
-        self.temperature = temperature.expand(batch_shape)
+        self.temperature = temperature  # broadcastable to the batch shape (0-dim keeps the kernels on scalars)
         if probs is not None:
             self.probs = probs
         event_shape = self.logits.shape[-1:] if self._event_dim else torch.Size()
@@ -40,8 +42,7 @@ class _ConcreteFamily(TorchDistribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(type(self), _instance)
         batch_shape = torch.Size(batch_shape)
-        new._t = self._t
-        new.temperature = self._t.expand(batch_shape)
+        new.temperature = self.temperature
         new.logits = self.logits.expand(batch_shape + self.event_shape)
         if "probs" in self.__dict__:
             new.probs = self.probs.expand(batch_shape + self.event_shape)
@@ -95,7 +96,7 @@ class _NaryConcrete(_ConcreteFamily):
 
     def _sample_log(self, sample_shape):
         return _numerics.exp_concrete_sample(
-            self.logits, self._t, self._extended_shape(sample_shape)
+            self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
 
@@ -128,13 +129,13 @@ class Concrete(_NaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
-        return self._attach(torch.exp(y), y, "log")
+        return self._attach(torch.exp(y), y, Kind.LOG)
 
     def log_prob(self, value):
-        y = self._coordinates(value, ("log", "straight_through_log"))
+        y = self._coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
         if y is not None:
-            return _numerics.concrete_log_prob(y, self.logits, self._t)
-        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._t)
+            return _numerics.concrete_log_prob(y, self.logits, self.temperature)
+        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self):
@@ -168,12 +169,12 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._attach(self._sample_log(sample_shape), None, "log_simplex")
+        return self._attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
 
     def log_prob(self, value):
-        if self._coordinates(value, ("log_simplex",)) is not None:  # an own sample: no -inf entries
-            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._t)
-        return _numerics.exp_concrete_log_prob(value, self.logits, self._t)
+        if self._coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
+            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
+        return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
 
     def discrete(self):
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
@@ -194,7 +195,7 @@ class _BinaryConcrete(_ConcreteFamily):
 
     def _sample_logit(self, sample_shape):
         return _numerics.logit_bin_concrete_sample(
-            self.logits, self._t, self._extended_shape(sample_shape)
+            self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
 
@@ -222,26 +223,26 @@ class BinConcrete(_BinaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
-        return self._attach(torch.sigmoid(y), y, "logit")
+        return self._attach(torch.sigmoid(y), y, Kind.LOGIT)
 
     def _logit_of(self, value):
-        y = _carry.scoring_coordinates(value, ("logit",))
+        y = _carry.scoring_coordinates(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value):
-        y = self._coordinates(value, ("logit", "straight_through_logit"))
+        y = self._coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT))
         if y is not None:
-            return _numerics.bin_concrete_log_prob(y, self.logits, self._t)
-        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._t)
+            return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value):
         self._validate(value)
-        return torch.sigmoid(self._t * self._logit_of(value) - self.logits)
+        return torch.sigmoid(self.temperature * self._logit_of(value) - self.logits)
 
     def icdf(self, value):
-        y = (self.logits + _numerics.logit(value)) / self._t
-        return self._attach(torch.sigmoid(y), y, "logit")
+        y = (self.logits + _numerics.logit(value)) / self.temperature
+        return self._attach(torch.sigmoid(y), y, Kind.LOGIT)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
@@ -267,18 +268,18 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._attach(self._sample_logit(sample_shape), None, "real")
+        return self._attach(self._sample_logit(sample_shape), None, Kind.REAL)
 
     def log_prob(self, value):
-        self._coordinates(value, ("real",))  # validates any value but an own sample
-        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self._t)
+        self._coordinates(value, (Kind.REAL,))  # validates any value but an own sample
+        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
 
     def cdf(self, value):
         self._validate(value)
-        return torch.sigmoid(self._t * value - self.logits)
+        return torch.sigmoid(self.temperature * value - self.logits)
 
     def icdf(self, value):
-        return (self.logits + _numerics.logit(value)) / self._t
+        return (self.logits + _numerics.logit(value)) / self.temperature
 
     def discrete(self):
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""

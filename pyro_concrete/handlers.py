@@ -21,14 +21,15 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_messenger import TraceMessenger
 
-from .discrete import Bernoulli
+from concrete_common.kinds import Mode, check_mode
+
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
+from .limits import Bernoulli
 
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
 CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
-MODES = ("sample", "enumerate", "argmax")
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -103,9 +104,7 @@ class DiscreteMessenger(Messenger):
     alone. See :func:`discrete`."""
 
     def __init__(self, mode="sample", sites=None):
-        if mode not in MODES:
-            raise ValueError(f"discrete: mode must be one of {MODES}, got {mode!r}")
-        self.mode = mode
+        self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
         self._to_value = {}
         super().__init__()
@@ -128,7 +127,7 @@ class DiscreteMessenger(Messenger):
         base, wrappers = unwrap(msg["fn"])
         if not isinstance(base, CONCRETE_FAMILY):
             return
-        if self.mode == "enumerate":
+        if self.mode is Mode.ENUMERATE:
             self._check_handler_order(msg["name"])
             if any(method == "to_event" and n > 0 for method, n in wrappers):
                 raise ValueError(
@@ -147,7 +146,7 @@ class DiscreteMessenger(Messenger):
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)
-        if self.mode == "argmax":
+        if self.mode is Mode.ARGMAX:
             msg["value"] = limit.mode.expand(msg["fn"].shape())
 
     def _pyro_post_sample(self, msg):

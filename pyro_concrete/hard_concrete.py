@@ -9,63 +9,16 @@ import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
+from concrete_common import stretch
+
 from . import _numerics
-from .discrete import Bernoulli
+from .limits import Bernoulli
 from .distributions import _BinaryConcrete
 
 __all__ = ["HardConcrete"]
 
-_BOUNDS = {"low": "< 0", "high": "> 1"}  # what each end of the stretch must be (and stay in the dtype)
 # the rounding checked for each dtype (bfloat16: float32, which has its range)
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
-
-
-def _fail(cls_name, name, given, converted=None, dtype=None):
-    text = repr(given) if isinstance(given, int) else repr(float(given))
-    if converted is not None and not (math.isnan(given) and math.isnan(converted)) and converted != given:
-        text += f" ({float(converted)!r} in {dtype})"  # finite or of the right sign only before the conversion
-    raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]}, got {text}")
-
-
-def _in_bounds(name, x):
-    return (x < 0) if name == "low" else (x > 1)
-
-
-def _check_end(cls_name, name, given, converted, dtype):
-    """Raises unless every entry of ``converted`` (``given`` in the distribution's dtype, both
-    NumPy arrays or both tensors) is finite and on the right side of 0 (low) or 1 (high)."""
-    ok = _in_bounds(name, converted) & (np.isfinite(converted) if isinstance(converted, np.ndarray) else torch.isfinite(converted))
-    if not bool(ok.all()):
-        first = int((~ok).flatten().nonzero()[0]) if isinstance(ok, torch.Tensor) else int(np.argmin(ok.ravel()))
-        _fail(cls_name, name, given.flatten()[first].item(), converted.flatten()[first].item(), dtype)
-
-
-def _check_number(cls_name, name, x, numpy_type, dtype_name):
-    """A Python (or NumPy scalar) number x as a float, after checking it and its rounding to the dtype."""
-    try:
-        value = float(x)
-    except OverflowError:  # an int beyond any float
-        _fail(cls_name, name, x)
-    if numpy_type is np.float64:
-        converted = value
-    else:
-        with np.errstate(over="ignore"):
-            converted = float(numpy_type(value))
-    if not (math.isfinite(converted) and _in_bounds(name, converted)):
-        _fail(cls_name, name, value, converted, dtype_name)
-    return value
-
-
-def _broadcast_shapes(a, b):
-    """NumPy's broadcasting rule for two shapes (a ValueError if they do not broadcast), without
-    the per-call overhead of the library versions on this path, which every construction takes."""
-    a, b = tuple(a), tuple(b)
-    if len(a) < len(b):
-        a, b = b, a
-    b = (1,) * (len(a) - len(b)) + b
-    if any(m != n and m != 1 and n != 1 for m, n in zip(a, b)):
-        raise ValueError(f"shapes {a} and {b} do not broadcast")
-    return torch.Size(n if m == 1 else m for m, n in zip(a, b))
 
 
 def promote_end(cls_name, name, x, like, batch_shape, validate):
@@ -80,7 +33,7 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
     dtype, device = like.dtype, like.device
     dtype_name = str(dtype).replace("torch.", "")
     if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):  # the common case, checked in Python
-        converted = _check_number(cls_name, name, x, _NUMPY_DTYPES.get(dtype, np.float32), dtype_name)
+        converted = stretch.check_number(cls_name, name, x, _NUMPY_DTYPES.get(dtype, np.float32), dtype_name)
         return torch.tensor(converted, dtype=dtype, device=device), batch_shape
     if isinstance(x, torch.Tensor):
         given = None
@@ -92,10 +45,10 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
             given = np.asarray(None)
         number_like = given.dtype.kind in "iuf"
     if not number_like:
-        raise ValueError(f"{cls_name}: {name} must be a finite number {_BOUNDS[name]} or a tensor of them, got {x!r}")
+        raise ValueError(f"{cls_name}: {name} must be a finite number {stretch.BOUNDS[name]} or a tensor of them, got {x!r}")
     shape = tuple(x.shape) if given is None else given.shape
     try:
-        batch_shape = _broadcast_shapes(batch_shape, shape)
+        batch_shape = torch.Size(stretch.broadcast_shapes(batch_shape, shape))
     except ValueError:
         raise ValueError(
             f"{cls_name}: {name} of shape {shape} does not broadcast with the batch shape {tuple(batch_shape)}; "
@@ -104,11 +57,12 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
     if given is None:
         converted = x.to(dtype=dtype, device=device)
         if validate:
-            _check_end(cls_name, name, x.detach(), converted.detach(), dtype_name)
+            # exactly, in float64 (every float dtype converts to it without rounding)
+            stretch.check_end(cls_name, name, *(t.detach().cpu().double().numpy() for t in (x, converted)), dtype_name)
         return converted, batch_shape
     if validate:
         with np.errstate(over="ignore", invalid="ignore"):
-            _check_end(cls_name, name, given, given.astype(_NUMPY_DTYPES.get(dtype, np.float32)), dtype_name)
+            stretch.check_end(cls_name, name, given, given.astype(_NUMPY_DTYPES.get(dtype, np.float32)), dtype_name)
     return torch.as_tensor(given, dtype=dtype, device=device), batch_shape
 
 
@@ -161,7 +115,6 @@ class HardConcrete(_BinaryConcrete):
         self._low, batch_shape = promote_end(name, "low", low, self.logits, batch_shape, self._validate_args)
         self._high, batch_shape = promote_end(name, "high", high, self.logits, batch_shape, self._validate_args)
         if batch_shape != self.batch_shape:  # low and high may grow the batch shape
-            self.temperature = self._t.expand(batch_shape)
             self.logits = self.logits.expand(batch_shape)
             if "probs" in self.__dict__:
                 self.probs = self.probs.expand(batch_shape)
@@ -199,17 +152,17 @@ class HardConcrete(_BinaryConcrete):
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
     def _log_mass_at_zero(self):
-        return -torch.nn.functional.softplus(self.logits - self._t * self._logit_at_zero())
+        return -torch.nn.functional.softplus(self.logits - self.temperature * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -torch.nn.functional.softplus(self._t * self._logit_at_one() - self.logits)
+        return -torch.nn.functional.softplus(self.temperature * self._logit_at_one() - self.logits)
 
     def log_prob(self, value):
         self._validate(value)
         inside = value.clamp(0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
         log_above, log_below = torch.log(inside - self._low), torch.log(self._high - inside)
         # p(z) = g(y) dy/dz with y = log(z - low) - log(high - z), g the LogitBinConcrete density
-        density = _numerics.logit_bin_concrete_log_prob(log_above - log_below, self.logits, self._t)
+        density = _numerics.logit_bin_concrete_log_prob(log_above - log_below, self.logits, self.temperature)
         density = density + self._log_width() - log_above - log_below
         log_prob = torch.where(value <= 0, self._log_mass_at_zero(), torch.where(value >= 1, self._log_mass_at_one(), density))
         return log_prob.masked_fill((value < 0) | (value > 1), -math.inf)
@@ -217,13 +170,13 @@ class HardConcrete(_BinaryConcrete):
     def cdf(self, value):
         self._validate(value)
         inside = value.clamp(0.0, 1.0)
-        below_one = torch.sigmoid(self._t * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
+        below_one = torch.sigmoid(self.temperature * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
         return torch.where(value >= 1, torch.ones_like(below_one), below_one).masked_fill(value < 0, 0.0)
 
     @property
     def prob_nonzero(self):
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
-        return torch.sigmoid(self.logits - self._t * self._logit_at_zero())
+        return torch.sigmoid(self.logits - self.temperature * self._logit_at_zero())
 
     @property
     def deterministic_gate(self):
@@ -232,5 +185,5 @@ class HardConcrete(_BinaryConcrete):
 
     def discrete(self):
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
-        logits = self.logits - self._t * self._logit_at_zero()
+        logits = self.logits - self.temperature * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

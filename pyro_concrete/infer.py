@@ -17,6 +17,8 @@ from pyro.infer.autoguide import AutoContinuous, AutoGuideList
 from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
 
+from concrete_common import messages
+
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
 __all__ = [
@@ -104,9 +106,7 @@ def _with_given(fn, given):
 
 
 def _check_given(trace, given, helper):
-    unknown = sorted(set(given or {}) - {site["name"] for site in _sample_sites(trace)})
-    if unknown:
-        raise ValueError(f"{helper}: given names site(s) {unknown} that the model does not sample")
+    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
 
 
 def _sample_sites(trace):
@@ -127,11 +127,7 @@ def _check_all_latents_discrete(trace, helper):
         if site["is_observed"]:
             continue
         if not getattr(site["fn"], "has_enumerate_support", False):
-            raise ValueError(
-                f"{helper} sums out discrete latent sites exactly; site {site['name']!r} holds "
-                f"{type(unwrap(site['fn'])[0]).__name__}, which is neither Concrete-family nor enumerable: "
-                f"evaluate at a value of it with given={{{site['name']!r}: value}}"
-            )
+            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
 
 
 def _check_full_data(trace, helper):
@@ -139,16 +135,7 @@ def _check_full_data(trace, helper):
     subsample scaled up to the plate's size, raises."""
     for site in trace.nodes.values():
         if site["type"] == "sample" and type(site["fn"]).__name__ == "_Subsample" and site["value"] is not None:
-            _raise_subsampled(helper, site["name"], len(site["value"]), site["fn"].size)
-
-
-def _raise_subsampled(helper, plate, subsample_size, size):
-    if subsample_size < size:
-        raise ValueError(
-            f"{helper} evaluates the whole data set, but plate {plate!r} subsamples {subsample_size} of its "
-            f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
-            "the full plate (subsample_size=None)"
-        )
+            messages.check_full_plate(helper, site["name"], len(site["value"]), site["fn"].size)
 
 
 def _no_guide(*args, **kwargs):
@@ -456,19 +443,10 @@ def _per_particle(log_prob, site, particle_dim, plate, caller):
     if plate is not None:
         frames = [f for f in site["cond_indep_stack"] if f.name == plate]
         if not frames:
-            raise ValueError(f"{caller}: site {site['name']!r} is outside plate {plate!r}")
+            raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
         keep.add(log_prob.dim() + frames[0].dim)
     dims = [d for d in range(log_prob.dim()) if d not in keep]
     return log_prob.sum(dims) if dims else log_prob
-
-
-def _global_latent_message(caller, site, plate):
-    return (
-        f"{caller}: site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
-        f"inside the plate (a global's proposal and density cannot be split between elements). Condition it on "
-        f"a value (poutine.condition / numpyro.handlers.condition, e.g. its posterior mean) for the bounds "
-        f"log p(x_n | {site}), or pass plate=None for one bound of all observations"
-    )
 
 
 def _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals=False):
@@ -489,7 +467,7 @@ def _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_gl
             if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
                 if site["is_observed"]:
                     continue
-                raise ValueError(_global_latent_message(caller, site["name"], plate))
+                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
             total = total + sign * _per_particle(site["log_prob"], site, particle_dim, plate, caller)
     return total
 

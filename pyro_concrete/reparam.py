@@ -15,6 +15,8 @@ from pyro import distributions as dist
 from pyro import sample
 from pyro.infer.reparam.reparam import Reparam
 
+from concrete_common.kinds import Kind
+
 from . import _carry, _numerics
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 
@@ -28,9 +30,9 @@ class LogSpaceReparam(Reparam):
         name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
         fn, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
-            node, suffix, kind, show, coordinates = ExpConcrete, "log", "log", torch.exp, _numerics.log
+            node, suffix, kind, show, coordinates = ExpConcrete, "log", Kind.LOG, torch.exp, _numerics.log
         elif type(fn) is BinConcrete:
-            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", "logit", torch.sigmoid, _numerics.logit
+            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", Kind.LOGIT, torch.sigmoid, _numerics.logit
         else:
             raise ValueError(
                 f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
@@ -41,7 +43,7 @@ class LogSpaceReparam(Reparam):
         if value is not None:  # an observed or initial value, in log space
             y = _carry.recall(value, (kind,))
             y = coordinates(value) if y is None else y
-        log_space = node(fn._t, logits=fn.logits, validate_args=fn._validate_args)
+        log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
         y = sample(f"{name}_{suffix}", self._wrap(log_space, event_dim), obs=y, infer={"is_observed": is_observed})
         if value is None:
             value = _carry.attach(show(y), y, kind)
@@ -55,9 +57,7 @@ def log_space_config(msg):
     The site left behind is deterministic (a masked Delta); it is marked auxiliary, so that Pyro's
     model/guide check does not count the guide's copy as a latent variable missing from the model.
     """
-    fn = msg["fn"]
-    while isinstance(fn, torch.distributions.Independent):
-        fn = fn.base_dist
+    fn = LogSpaceReparam()._unwrap(msg["fn"])[0]  # what the host's Reparam unwraps
     if type(fn) not in (Concrete, BinConcrete):
         return None
     msg["infer"] = {**(msg["infer"] or {}), "is_auxiliary": True}

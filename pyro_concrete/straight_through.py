@@ -14,6 +14,8 @@ sample behind it that can be determined for certain: ``log_prob`` raises a Value
 import torch
 import torch.nn.functional as F
 
+from concrete_common.kinds import Kind
+
 from . import _carry, _numerics
 from .distributions import BinConcrete, Concrete
 
@@ -48,7 +50,7 @@ class ConcreteStraightThrough(Concrete):
     :param probs: alpha / sum(alpha) instead of ``logits``; entries positive (one may round to 1).
     """
 
-    _kind = "straight_through_log"
+    _kind = Kind.STRAIGHT_THROUGH_LOG
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
@@ -56,7 +58,7 @@ class ConcreteStraightThrough(Concrete):
         return self._attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value):
-        return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._t)
+        return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
 
 
 class BinConcreteStraightThrough(BinConcrete):
@@ -71,7 +73,7 @@ class BinConcreteStraightThrough(BinConcrete):
     :param probs: alpha / (1 + alpha) instead of ``logits``, strictly inside (0, 1).
     """
 
-    _kind = "straight_through_logit"
+    _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
@@ -79,7 +81,7 @@ class BinConcreteStraightThrough(BinConcrete):
         return self._attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
     def log_prob(self, value):
-        return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._t)
+        return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
 
     def cdf(self, value):
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the cdf")

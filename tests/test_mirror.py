@@ -5,6 +5,7 @@ its reason; a new difference fails, and so does a listed one that has gone."""
 
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -27,16 +28,50 @@ HOST_SIGNATURES = {
 }
 # names whose first docstring line says which host class they extend
 HOST_DOCSTRINGS = {
-    "Bernoulli": "Pyro's Bernoulli vs NumPyro's BernoulliLogits, which also takes probs",
-    "OneHotCategorical": "Pyro's OneHotCategorical vs NumPyro's own categorical over one-hot vectors",
+    "limits.Bernoulli": "Pyro's Bernoulli vs NumPyro's BernoulliLogits, which also takes probs",
+    "limits.OneHotCategorical": "Pyro's OneHotCategorical vs NumPyro's own categorical over one-hot vectors",
 }
 # the host-specific words that may differ in a first docstring line (the longer name first)
 HOST_WORDS = [("numpyro_concrete", "PKG"), ("pyro_concrete", "PKG"), ("poutine.reparam", "REPARAM"),
               ("handlers.reparam", "REPARAM"), ("numpyro.infer.", "HOST."), ("pyro.infer.", "HOST.")]
 
 
+# modules whose __all__ is public beside the package's own (their names are not re-exported)
+PUBLIC_MODULES = ["limits"]
+
+
 def _public(package):
-    return set(package.__all__)
+    """The public names: the package's __all__, and "module.name" for each public module's."""
+    names = set(package.__all__)
+    for module in PUBLIC_MODULES:
+        names |= {f"{module}.{name}" for name in getattr(package, module).__all__}
+    return names
+
+
+def _get(package, dotted):
+    for part in dotted.split("."):
+        package = getattr(package, part)
+    return package
+
+
+# module files in one package only
+FILES_ONLY_IN = {"pyro": {"_tracing.py": "silences torch.jit.trace's TracerWarning; JAX tracing warns of nothing"},
+                 "numpyro": {}}
+
+
+def test_both_packages_have_the_same_module_files():
+    def files(package):
+        return {p.name for p in Path(package.__file__).parent.glob("*.py")}
+
+    assert files(pyro_concrete) - files(numpyro_concrete) == set(FILES_ONLY_IN["pyro"])
+    assert files(numpyro_concrete) - files(pyro_concrete) == set(FILES_ONLY_IN["numpyro"])
+
+
+def test_the_zero_temperature_limits_do_not_shadow_the_hosts_classes():
+    """``from pyro_concrete import *`` beside ``from pyro.distributions import *`` keeps the host's."""
+    for package in (pyro_concrete, numpyro_concrete):
+        assert not {"Bernoulli", "OneHotCategorical"} & set(package.__all__)
+        assert package.limits.OneHotCategorical is type(package.Concrete(0.5, logits=[0.0, 1.0]).discrete())
 
 
 def test_both_packages_export_the_same_public_names():
@@ -64,7 +99,7 @@ SHARED = sorted(_public(pyro_concrete) & _public(numpyro_concrete))
 
 @pytest.mark.parametrize("name", SHARED)
 def test_shared_names_have_the_same_signature_and_first_docstring_line(name):
-    ours, theirs = getattr(pyro_concrete, name), getattr(numpyro_concrete, name)
+    ours, theirs = _get(pyro_concrete, name), _get(numpyro_concrete, name)
     same_signature = _parameters(ours) == _parameters(theirs, drop=NUMPYRO_ONLY_PARAMETERS)
     assert same_signature != (name in HOST_SIGNATURES), (
         f"{name}: {_parameters(ours)} vs {_parameters(theirs)}" if not same_signature else f"{name} needs no exception now"
@@ -80,3 +115,16 @@ def test_predictive_takes_infer_discrete_in_both():
     for package in (pyro_concrete, numpyro_concrete):
         parameter = inspect.signature(package.Predictive).parameters["infer_discrete"]
         assert parameter.default is False and parameter.kind == parameter.KEYWORD_ONLY
+
+
+def test_the_shared_package_imports_neither_backend():
+    """concrete_common holds what both packages share; it must not pull in torch or JAX."""
+    import subprocess
+    import sys
+
+    modules = ["concrete_common." + p.stem for p in (Path(__file__).parents[1] / "concrete_common").glob("*.py")]
+    code = (f"import sys, {', '.join(modules)}\n"
+            "loaded = {'torch', 'jax', 'pyro', 'numpyro'} & set(sys.modules)\n"
+            "assert not loaded, loaded")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert run.returncode == 0, run.stderr

@@ -183,7 +183,7 @@ def test_log_prob_of_an_own_sample_is_differentiable_with_respect_to_the_sample(
     (by_logits,) = torch.autograd.grad(d.log_prob(z).sum(), logits, retain_graph=True)
     y = _carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
     density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
-    (expected,) = torch.autograd.grad(density(y, d.logits, d._t).sum(), logits)
+    (expected,) = torch.autograd.grad(density(y, d.logits, d.temperature).sum(), logits)
     torch.testing.assert_close(by_logits, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -210,7 +210,7 @@ def test_gradients_stay_exact_where_the_sample_underflowed(name):
     scored = 1000 * (d.log_prob(z).sum() + other.log_prob(z).sum())
     (by_logits, by_sample) = torch.autograd.grad(scored, [logits, z], retain_graph=True)
     density = _numerics.concrete_log_prob if relaxed == "Concrete" else _numerics.bin_concrete_log_prob
-    through_y = 1000 * (density(y, d.logits, d._t).sum() + density(y, other.logits, other._t).sum())
+    through_y = 1000 * (density(y, d.logits, d.temperature).sum() + density(y, other.logits, other.temperature).sum())
     (expected,) = torch.autograd.grad(through_y, logits)
     assert torch.isfinite(by_logits).all() and torch.isfinite(by_sample).all()
     torch.testing.assert_close(by_logits, expected, rtol=1e-5, atol=1e-3)

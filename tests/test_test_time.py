@@ -254,13 +254,13 @@ def written_discrete(backend):
     means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
 
     def model(x):
-        label = backend.site("label", backend.lib.OneHotCategorical(logits=logits), obs=backend.array([0.0, 1.0, 0.0]))
+        label = backend.site("label", backend.lib.limits.OneHotCategorical(logits=logits), obs=backend.array([0.0, 1.0, 0.0]))
         with backend.scale(2.0):
-            flip = backend.site("flip", backend.lib.Bernoulli(logits=backend.array(0.2)))
+            flip = backend.site("flip", backend.lib.limits.Bernoulli(logits=backend.array(0.2)))
         with backend.plate("data", N, subsample_size=20):
-            z = backend.site("z", backend.lib.OneHotCategorical(logits=logits))
+            z = backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
             with backend.mask(np.arange(20) % 3 > 0):
-                backend.site("w", backend.lib.Bernoulli(logits=backend.array(-0.5)))
+                backend.site("w", backend.lib.limits.Bernoulli(logits=backend.array(-0.5)))
             backend.site("x", backend.normal((z * means).sum(-1) + flip + 0 * label.sum(), 1.0), obs=x[:20])
 
     return model

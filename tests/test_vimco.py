@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 from scipy import stats
-from scipy.special import expit, log_expit, logsumexp
+from scipy.special import log_expit, logsumexp
 
 DATA = np.array([0.4, 2.5])
 PRIOR_LOGITS = np.array([0.3, 0.3])
@@ -21,13 +21,13 @@ def _problem(backend):
 
     def model(x):
         with backend.plate("data", 2):
-            z = backend.site("z", backend.lib.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
+            z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
             backend.site("x", backend.normal(2.0 * z, 1.0), obs=x)
 
     def guide(x):
         phi = backend.param("phi", PHI)
         with backend.plate("data", 2):
-            backend.site("z", backend.lib.Bernoulli(logits=phi))
+            backend.site("z", backend.lib.limits.Bernoulli(logits=phi))
 
     return model, guide
 
