@@ -9,17 +9,10 @@ Variables", ICLR 2017.
 from . import constraints, limits, transforms  # noqa: F401
 from .constraints import log_simplex
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .evaluation import Predictive, discrete_log_likelihood, map_assignment, marginal_log_likelihood, sample_assignment
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .infer import (
-    VIMCO,
-    ImportanceWeightedELBO,
-    Predictive,
-    discrete_log_likelihood,
-    map_assignment,
-    marginal_log_likelihood,
-    sample_assignment,
-)
+from .losses import VIMCO, ImportanceWeightedELBO
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay

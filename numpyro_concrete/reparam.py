@@ -13,7 +13,6 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
 import jax
 import jax.numpy as jnp
 import numpyro
-import numpyro.distributions as dist
 from numpyro.infer.reparam import Reparam
 
 from concrete_common.kinds import Kind

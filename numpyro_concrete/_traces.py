@@ -1,0 +1,324 @@
+"""The machinery behind ``evaluation`` and ``losses``: running a model with given parameters or
+globals, checking its sites, the proposal of an autoguide, and importance weights per particle."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.special import logsumexp
+from numpyro import handlers
+from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
+from numpyro.primitives import Messenger
+
+from concrete_common import messages
+
+from .handlers import CONCRETE_FAMILY, unwrap
+
+
+def _with_params(fn, params):
+    return fn if params is None else handlers.substitute(fn, data=params)
+
+
+def _trace(fn, key, args, kwargs):
+    return handlers.trace(handlers.seed(fn, key)).get_trace(*args, **kwargs)
+
+
+class _GivenMessenger(Messenger):
+    """Holds the sample sites named in ``given`` at the given values and leaves them out of the log
+    joint (masked), so that the discrete graph is evaluated conditionally on them: p(x | given)."""
+
+    def __init__(self, fn, given):
+        self.given = given
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] in self.given:
+            msg["value"] = jnp.asarray(self.given[msg["name"]])
+            msg["is_observed"] = True
+            msg["fn"] = msg["fn"].mask(False)
+
+
+def _with_given(fn, given):
+    return fn if not given else _GivenMessenger(fn, given)
+
+
+def _check_given(trace, given, helper):
+    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
+
+
+def _sample_sites(trace):
+    return [site for site in trace.values() if site["type"] == "sample"]
+
+
+def _max_plate_nesting(trace):
+    dims = [-f.dim for site in _sample_sites(trace) for f in site["cond_indep_stack"] if f.dim is not None]
+    return max(dims, default=0)
+
+
+def _check_all_latents_discrete(trace, helper):
+    for site in _sample_sites(trace):
+        if site["is_observed"]:
+            continue
+        if not getattr(site["fn"], "has_enumerate_support", False):
+            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
+
+
+def _check_full_data(trace, helper):
+    """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
+    subsample scaled up to the plate's size, raises."""
+    for site in trace.values():
+        if site["type"] == "plate" and site["value"] is not None:
+            messages.check_full_plate(helper, site["name"], len(site["value"]), site["args"][0])
+
+
+def _scanned_sites(trace):
+    """The latent sites drawn inside ``numpyro.contrib.control_flow.scan``."""
+    return [site for site in _sample_sites(trace) if site.get("_control_flow_done") and not site["is_observed"]]
+
+
+def _check_scan(model, args, kwargs, helper):
+    """``scan`` bodies run with their own handlers: a Concrete-family site there cannot be swapped for
+    its limit; and for the host's own discrete sites there NumPyro's ``TraceEnum_ELBO`` gives a wrong
+    value and ``infer_discrete`` none. Raises for what is not evaluated exactly; returns whether the
+    model scans (``marginal_log_likelihood`` then takes funsor's path, which is exact)."""
+    scanned = _scanned_sites(_trace(model, jax.random.PRNGKey(0), args, kwargs))
+    for site in scanned:
+        base = unwrap(site["fn"])[0]
+        relaxed = isinstance(base, CONCRETE_FAMILY)
+        if relaxed or helper in ("map_assignment", "sample_assignment"):
+            why = "whose body keeps its own handlers, so it cannot be swapped for its discrete limit" if relaxed else "where NumPyro cannot decode it"
+            raise ValueError(
+                f"{helper}: site {site['name']!r} ({type(base).__name__}) is drawn inside "
+                f"numpyro.contrib.control_flow.scan, {why}; write the loop over time with numpyro.contrib.funsor.markov "
+                "(a Python loop), which the helpers evaluate exactly (map_assignment: the Viterbi path)"
+            )
+    return bool(scanned)
+
+
+def _no_guide(*args, **kwargs):
+    pass
+
+
+def _relaxed_latents(trace):
+    return {
+        site["name"]
+        for site in _sample_sites(trace)
+        if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)
+    }
+
+
+def _autoguide_parts(guide):
+    """``guide`` itself, or the parts of an ``AutoGuideList`` (recursively)."""
+    if isinstance(guide, AutoGuideList):
+        return [part for member in guide._guides for part in _autoguide_parts(member)]
+    return [guide]
+
+
+def _joint_latent_layouts(guide):
+    """{auxiliary site name: {model site name: its coordinates in the joint latent}} for the
+    autoguides in ``guide`` that draw every latent site from one auxiliary vector (the
+    ``AutoContinuous`` family: AutoDiagonalNormal, AutoMultivariateNormal, ...), read off their
+    own unpacking of the vector; empty for the others. The guide must have run once."""
+    layouts = {}
+    for part in _autoguide_parts(guide):
+        if isinstance(part, AutoContinuous) and part.prototype_trace is not None:
+            with jax.ensure_compile_time_eval():  # concrete under jit and vmap too
+                unpacked = part._unpack_latent(np.arange(part.latent_dim, dtype=np.float32))
+                layouts[f"_{part.prefix}_latent"] = {
+                    name: np.asarray(value).reshape(-1).round().astype(int) for name, value in unpacked.items()
+                }
+    return layouts
+
+
+def _auxiliary_layouts(guide_sites, model_sites, autoguide):
+    """{auxiliary guide site: {model site: its coordinates in the auxiliary value, or None for all}}:
+    the joint latents of ``_joint_latent_layouts`` and the per-site ``{name}_unconstrained``
+    auxiliary sites (Pyro's AutoNormal)."""
+    layouts = {name: layout for name, layout in _joint_latent_layouts(autoguide).items() if name in guide_sites}
+    for name, site in guide_sites.items():
+        base = name[: -len("_unconstrained")]
+        if name.endswith("_unconstrained") and base in model_sites and (site["infer"] or {}).get("is_auxiliary"):
+            layouts.setdefault(name, {base: None})
+    return layouts
+
+
+def _marginal_log_prob(joint, value, keep):
+    """The log density, at ``value``, of the coordinates ``keep`` (a boolean mask over the last
+    dimension) of ``joint``, the rest integrated out: closed form for a diagonal Normal (the
+    product over the kept coordinates) and a (low-rank) multivariate Normal (the Normal with the
+    kept rows and columns of the covariance); None for any other distribution."""
+    if isinstance(joint, dist.Independent) and isinstance(joint.base_dist, dist.Normal):
+        if joint.reinterpreted_batch_ndims == 1:
+            return jnp.where(keep, joint.base_dist.log_prob(value), 0.0).sum(-1)
+    elif isinstance(joint, dist.Normal):  # coordinates along the last batch dimension
+        return jnp.where(keep, joint.log_prob(value), 0.0)
+    elif isinstance(joint, (dist.MultivariateNormal, dist.LowRankMultivariateNormal)):
+        index = np.flatnonzero(keep)
+        covariance = joint.covariance_matrix[..., index, :][..., index]
+        return dist.MultivariateNormal(joint.loc[..., index], covariance_matrix=covariance).log_prob(value[..., index])
+    return None
+
+
+class _Marginal(dist.Distribution):
+    """Draws of ``joint``, scored by the marginal density of their coordinates ``keep``: drawing the
+    whole vector and using only those coordinates is drawing them from their marginal."""
+
+    def __init__(self, joint, keep):
+        self.joint, self.keep = joint, keep
+        super().__init__(joint.batch_shape, joint.event_shape, validate_args=False)
+
+    @property
+    def has_rsample(self):
+        return self.joint.has_rsample
+
+    @property
+    def support(self):
+        return self.joint.support
+
+    def sample(self, key, sample_shape=()):
+        return self.joint.sample(key, sample_shape)
+
+    def log_prob(self, value):
+        return _marginal_log_prob(self.joint, value, self.keep)
+
+
+class _MarginalMessenger(Messenger):
+    """Scores the auxiliary sites in ``marginals`` (name -> boolean mask of the coordinates kept)
+    by their marginal density (:class:`_Marginal`)."""
+
+    def __init__(self, fn, marginals):
+        self.marginals = marginals
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        keep = self.marginals.get(msg["name"]) if msg["type"] == "sample" else None
+        if keep is not None and not isinstance(msg["fn"], _Marginal):
+            msg["fn"] = _Marginal(msg["fn"], keep)
+
+
+def _marginalize(guide, marginals):
+    return _MarginalMessenger(guide, marginals) if marginals else guide
+
+
+def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
+    """Which guide sites to discretize, which to hide and which to marginalize for the discrete
+    graph's proposal.
+
+    A model site that is relaxed and drawn in the guide from a Concrete-family distribution is
+    discretized there; drawn from anything else (an autoguide's Delta or transformed Normal), it
+    is hidden from the guide so that the model draws it from its discrete prior. An autoguide's
+    auxiliary site is attributed to the model sites it feeds -- ``{name}_unconstrained`` (Pyro's
+    AutoNormal) to ``name``; the joint latent of an ``AutoContinuous`` autoguide (``autoguide``,
+    or a part of an ``AutoGuideList``) to every site, by its coordinates -- and is kept if it feeds
+    no hidden site, hidden if it feeds hidden sites only, and otherwise marginalized: still drawn
+    whole, but scored by the marginal density of the coordinates of the sites kept
+    (:func:`_marginal_log_prob`; a joint without a closed-form marginal raises). Any other guide
+    site without a model counterpart could not be attributed, and raises.
+
+    :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
+        kept}).
+    """
+    guide_key, model_key = jax.random.split(key)
+    guide_trace = _trace(guide, guide_key, args, kwargs)
+    model_trace = handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs)
+    for trace in (guide_trace, model_trace):
+        _check_full_data(trace, "discrete_log_likelihood")
+    relaxed = _relaxed_latents(model_trace)
+    guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
+    discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
+    hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
+    _check_given(model_trace, given, "discrete_log_likelihood")
+    hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
+    model_sites = {site["name"] for site in _sample_sites(model_trace)}
+    auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
+    for name, layout in auxiliary.items():
+        fed_hidden = hidden & set(layout)
+        if not fed_hidden:
+            continue
+        if fed_hidden == set(layout):
+            hidden.add(name)
+            continue
+        joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
+        keep = np.zeros(jnp.shape(value)[-1], dtype=bool)
+        for site, coordinates in layout.items():
+            if site not in hidden:
+                keep[coordinates] = True
+        if _marginal_log_prob(joint, value, keep) is None:
+            raise ValueError(
+                f"discrete_log_likelihood: guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
+                f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
+                "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
+                "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
+                "(handlers.block(model, hide=[...])) and AutoNormal or a Concrete-family guide for the relaxed ones"
+            )
+        marginals[name] = keep
+    unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
+    if unattributed:
+        raise ValueError(
+            f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
+            "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
+            "an autoguide such as AutoNormal), and these cannot be attributed to a site"
+        )
+    return discretized, hidden, marginals
+
+
+def _site_log_prob(site):
+    log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
+    return log_prob if site["scale"] is None else site["scale"] * log_prob
+
+
+def _per_element(log_prob, site, plate, caller):
+    """A site's log_prob summed to a scalar, or to one value per element of ``plate``."""
+    if plate is None:
+        return jnp.sum(log_prob)
+    frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+    if not frames:
+        raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
+    log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
+    keep = jnp.ndim(log_prob) + frames[0].dim
+    return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
+
+
+def _log_weights(model_trace, guide_trace, plate, caller, given_globals=False):
+    """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
+
+    A latent site the guide does not draw is drawn by the model from its prior, which is then its
+    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
+    are left out, and a latent outside it raises.
+    """
+    total = 0.0
+    proposed = {site["name"] for site in _sample_sites(guide_trace)}
+    for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
+        for site in _sample_sites(trace):
+            if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
+                continue
+            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+                if site["is_observed"]:
+                    continue
+                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
+            total = total + sign * _per_element(_site_log_prob(site), site, plate, caller)
+    return total
+
+
+def _particle_traces(model, guide, particle_key, args, kwargs):
+    """(model trace, guide trace) of one particle."""
+    guide_key, model_key = jax.random.split(particle_key)
+    guide_trace = _trace(guide, guide_key, args, kwargs)
+    replayed = handlers.replay(handlers.seed(model, model_key), trace=guide_trace)
+    return handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace
+
+
+def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller, given_globals=False):
+    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel
+    (``vmap``): a scalar, or one bound per element of ``plate``."""
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+
+    def log_weight(particle_key):
+        return _log_weights(*_particle_traces(model, guide, particle_key, args, kwargs), plate, caller, given_globals)
+
+    log_weights = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
+    return logsumexp(log_weights, axis=0) - math.log(num_particles)

@@ -1,0 +1,224 @@
+"""Evaluating the discrete graph of a model trained with Concrete relaxations (paper section 3.3).
+
+The helpers put the handlers in the right order themselves: the swap to discrete sites innermost
+(around the model and guide, with ``block`` inside it), enumeration and tracing outside.
+"""
+
+import jax
+import numpy as np
+import numpyro.infer
+from numpyro import handlers
+from numpyro.infer import TraceEnum_ELBO
+
+from ._traces import (
+    _check_all_latents_discrete,
+    _check_full_data,
+    _check_given,
+    _check_scan,
+    _importance_bound,
+    _marginalize,
+    _max_plate_nesting,
+    _no_guide,
+    _proposal,
+    _sample_sites,
+    _trace,
+    _with_given,
+    _with_params,
+)
+from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
+
+__all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
+
+
+def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
+    """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
+    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
+    data set: a subsampled plate raises a ValueError.
+
+    :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
+    :param given: optional dict from latent site name to a value: those sites are held at the values
+        and left out of the log joint, so the result is log p(observations | given) (e.g. the
+        continuous globals at their posterior point estimates). ``params`` substitutes parameters;
+        ``given`` conditions latent sites.
+    :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
+    :returns: a scalar, differentiable with respect to ``params``.
+    """
+    from numpyro.contrib.funsor import config_enumerate, enum, log_density
+
+    model = _with_given(_with_params(model, params), given)
+    scans = _check_scan(model, args, kwargs, "marginal_log_likelihood")
+    trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    _check_given(trace, given, "marginal_log_likelihood")
+    _check_all_latents_discrete(trace, "marginal_log_likelihood")
+    _check_full_data(trace, "marginal_log_likelihood")
+    max_plate_nesting = _max_plate_nesting(trace)
+    enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
+    if scans:  # TraceEnum_ELBO is wrong on scan (a wrong finite value); funsor's log density, NUTS's path, is exact
+        return log_density(enum(enumerated, -1 - max_plate_nesting), args, kwargs, {})[0]
+    elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting)
+    return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, _no_guide, *args, **kwargs)
+
+
+def map_assignment(model, *args, params=None, given=None, **kwargs):
+    """The jointly most probable values of the Concrete-family latent sites under the discrete
+    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
+    set: a subsampled plate raises a ValueError.
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
+        Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
+    """
+    return _assignment(model, args, kwargs, params, given, 0, jax.random.PRNGKey(0), "map_assignment")
+
+
+def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwargs):
+    """One draw of the Concrete-family latent sites from their exact posterior under the discrete
+    graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
+    whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
+    discrete sites: one call per draw of the continuous globals, passed in ``given``.
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :param rng_key: a PRNG key (default: ``numpyro.prng_key()``, under ``handlers.seed``).
+    :returns: dict from site name to its value in the site's own sample space, as
+        :func:`map_assignment`.
+    """
+    from numpyro import prng_key
+
+    rng_key = prng_key() if rng_key is None else rng_key
+    if rng_key is None:
+        raise ValueError("sample_assignment: rng_key is required (or run it under numpyro.handlers.seed)")
+    return _assignment(model, args, kwargs, params, given, 1, rng_key, "sample_assignment")
+
+
+def _assignment(model, args, kwargs, params, given, temperature, rng_key, helper):
+    from numpyro.contrib.funsor import config_enumerate, infer_discrete
+
+    def decode(arrays, args, kwargs):
+        params, given, rng_key = arrays
+        conditioned = _with_given(_with_params(model, params), given)
+        _check_scan(conditioned, args, kwargs, helper)
+        trace = _trace(discrete(conditioned, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+        _check_given(trace, given, helper)
+        _check_all_latents_discrete(trace, helper)
+        _check_full_data(trace, helper)
+        swap = DiscreteMessenger(conditioned, mode="enumerate")
+        decoded = infer_discrete(
+            config_enumerate(swap), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature, rng_key=rng_key
+        )
+        trace = handlers.trace(decoded).get_trace(*args, **kwargs)
+        to_value = swap._to_value
+        return {
+            site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+            for site in _sample_sites(trace)
+            if not site["is_observed"]
+        }
+
+    return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+
+
+def _compiled_if_possible(fn, arrays, args, kwargs):
+    """``fn(arrays, args, kwargs)`` under ``jax.jit``, with the array leaves of ``args`` and
+    ``kwargs`` as arguments (the rest, e.g. Python numbers, fixed); eagerly where the model cannot be
+    traced (it branches on a value). Compiled, the model's runs are traced once, not run op by op;
+    eagerly, funsor's decoding of a longer ``markov`` chain runs out of memory where the compiled
+    decoding does not."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    is_array = [isinstance(leaf, (jax.Array, np.ndarray)) for leaf in leaves]
+
+    def run(arrays, array_leaves):
+        given_leaves = iter(array_leaves)
+        args, kwargs = jax.tree_util.tree_unflatten(treedef, [next(given_leaves) if a else leaf for leaf, a in zip(leaves, is_array)])
+        return fn(arrays, args, kwargs)
+
+    array_leaves = [leaf for leaf, a in zip(leaves, is_array) if a]
+    try:
+        return jax.jit(run)(arrays, array_leaves)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return run(arrays, array_leaves)
+
+
+def _is_relaxed_sample(msg):
+    return msg["type"] == "sample" and isinstance(unwrap(msg["fn"])[0], CONCRETE_FAMILY)
+
+
+class Predictive(numpyro.infer.Predictive):
+    """``numpyro.infer.Predictive`` for models with Concrete-family sites; the same arguments. With
+    ``infer_discrete=True`` it draws from the model's *discrete graph*: every Concrete-family site
+    is drawn from its exact posterior (enumerated, given the observations and the other latents drawn
+    from ``guide`` or taken from ``posterior_samples``) and returned in the site's own sample space
+    (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
+    LogitBinConcrete), not as the enumerated index. The guide's Concrete-family sites are hidden
+    (the discrete draws do not start from the guide's relaxed ones). Without ``infer_discrete``,
+    ``numpyro.infer.Predictive`` as it is.
+    """
+
+    def __init__(self, model, posterior_samples=None, *, guide=None, infer_discrete=False, **kwargs):
+        self._swap = DiscreteMessenger(model, mode="enumerate") if infer_discrete else None
+        if infer_discrete:
+            model = self._swap
+            if guide is not None:
+                guide = handlers.block(guide, hide_fn=_is_relaxed_sample)
+        super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
+
+    def __call__(self, rng_key, *args, **kwargs):
+        samples = super().__call__(rng_key, *args, **kwargs)
+        if self._swap is None:
+            return samples
+        to_value = self._swap._to_value  # filled while the swapped model ran
+        return {name: to_value[name](value) if name in to_value else value for name, value in samples.items()}
+
+
+def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, rng_key=None, **kwargs):
+    """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
+    metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
+    discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
+    of the discrete graph. Evaluates the whole data set: a subsampled plate raises a ValueError.
+
+    The proposal q, site by site (log q is summed over exactly the sites it draws, auxiliary sites
+    included, as in any importance-weighted bound):
+
+    - a relaxed site that the guide draws from a Concrete-family distribution: its zero-temperature
+      limit, scored with its discrete mass;
+    - a relaxed site that the guide draws otherwise (an autoguide's Delta or transformed Normal):
+      hidden from the guide, with an auxiliary site that feeds it alone (``{name}_unconstrained``),
+      so that the model draws it from its discrete prior, which cancels in the weight;
+    - any other latent site (a continuous global): the guide's own distribution, scored with its
+      density. With AutoNormal (or any proper density) E[L_m] increases to log p(x) as m grows;
+      AutoDelta is a point mass at theta scored 1, and L_m tends to log p(x, theta) =
+      log p(x | theta) + log p(theta), the MAP objective (not a bound on log p(x));
+    - the joint auxiliary latent ``_{prefix}_latent`` of AutoDiagonalNormal, AutoMultivariateNormal
+      or AutoLowRankMultivariateNormal, which holds the unconstrained coordinates of the continuous
+      and the relaxed sites alike: drawn whole but scored by the marginal density of the continuous
+      sites' coordinates, the relaxed coordinates integrated out (their Delta sites are hidden and
+      the model draws the relaxed sites from the prior). The proposal of the continuous sites is
+      then the autoguide's marginal, and L_m the bound of a proposal q(theta) p(z). An autoguide
+      whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
+      also draws relaxed sites.
+
+    :param given: optional dict from latent site name to a value: held there in the model, left out
+        of the weights, and not proposed by the guide (its auxiliary sites hidden too): bounds of
+        log p(x | given).
+    :param int num_particles: m, drawn in parallel (``vmap`` over particles).
+    :param str plate: None for one bound of all observations jointly; or the name of a plate that
+        holds every latent site (the data plate), for one bound per element of it (each data point
+        with its own m particles, as the paper evaluates), returned with that plate's size. Observed
+        sites outside the plate (globals conditioned on a value) condition every element alike and are
+        left out: the bounds are of log p(x_n | globals). A latent global the guide draws raises.
+    :param params: optional dict of parameter values (e.g. ``svi.get_params(state)``).
+    :param rng_key: a JAX PRNG key (default ``PRNGKey(0)``).
+    :returns: an array: a scalar, or the per-element bounds along ``plate``.
+    """
+    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    proposal_key, key = jax.random.split(rng_key)
+    autoguide = guide
+    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
+    for fn in (model, guide):
+        _check_scan(fn, args, kwargs, "discrete_log_likelihood")
+    discretized, hidden, marginals = _proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
+    guide = _marginalize(guide, marginals)
+    guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
+    model_d = discrete(model, mode="sample")
+    bound = _importance_bound(model_d, guide_d, key, args, kwargs, num_particles, plate, "discrete_log_likelihood", given_globals=True)
+    return jax.lax.stop_gradient(bound)

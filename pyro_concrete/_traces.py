@@ -1,0 +1,377 @@
+"""The machinery behind ``evaluation`` and ``losses``: running a model with given parameters or
+globals, checking its sites, the proposal of an autoguide, and importance weights per particle."""
+
+import math
+import warnings
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal, TorchDistribution
+from pyro.infer.autoguide import AutoContinuous, AutoGuideList
+from pyro.nn import PyroModule
+from pyro.poutine.messenger import Messenger
+
+from concrete_common import messages
+
+from .handlers import CONCRETE_FAMILY, unwrap
+
+
+def _module_overrides(fn, params):
+    """The plain ``nn.Parameter`` attributes of a ``PyroModule`` ``fn`` that ``params`` names (by
+    their param-store name), by attribute path -- e.g. the ``loc`` of AutoDiagonalNormal and
+    AutoMultivariateNormal: the module emits a ``pyro.param`` statement for them but uses the
+    attribute, not the statement's value, so ``substitute`` alone would leave them unchanged."""
+    if not isinstance(fn, PyroModule):
+        return {}
+    overrides = {}
+    for path, parameter in fn.named_parameters():
+        name = f"{fn._pyro_name}.{path}" if fn._pyro_name else path
+        if not path.endswith("_unconstrained") and name in params:
+            overrides[path] = torch.as_tensor(params[name], dtype=parameter.dtype, device=parameter.device)
+    return overrides
+
+
+def _with_params(fn, params):
+    """``fn`` with its param sites taken from ``params`` -- one dict for model and guide, as
+    ``pyro.get_param_store()`` or NumPyro's ``svi.get_params`` give (the names a function does not
+    use are expected, so Pyro's warning about them is silenced). A ``PyroModule``'s plain
+    ``nn.Parameter`` attributes named in ``params`` are swapped in for the call
+    (``torch.func.functional_call``; see :func:`_module_overrides`)."""
+    if params is None:
+        return fn
+    overrides = _module_overrides(fn, params)
+    if overrides:
+        module = fn
+
+        def fn(*args, **kwargs):
+            return torch.func.functional_call(module, overrides, args, kwargs)
+
+    substituted = poutine.substitute(fn, data=params)
+
+    def run(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="pyro.module data did not find params")
+            return substituted(*args, **kwargs)
+
+    return run
+
+
+class _GivenMessenger(Messenger):
+    """Holds the sample sites named in ``given`` at the given values and leaves them out of the log
+    joint (masked), so that the discrete graph is evaluated conditionally on them: p(x | given)."""
+
+    def __init__(self, given):
+        self.given = given
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        if msg["name"] in self.given:
+            msg["value"] = _as_value_of(self.given[msg["name"]], msg["fn"])
+            msg["is_observed"] = True
+            msg["mask"] = False
+
+
+def _as_value_of(value, fn):
+    """``value`` as a tensor of the site's dtype (that of its mean, or of its logits)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    for attribute in ("mean", "logits"):
+        try:
+            return torch.as_tensor(value, dtype=getattr(fn, attribute).dtype)
+        except (AttributeError, NotImplementedError):
+            pass
+    return torch.as_tensor(value, dtype=torch.get_default_dtype())
+
+
+def _with_given(fn, given):
+    return fn if not given else _GivenMessenger(given)(fn)
+
+
+def _check_given(trace, given, helper):
+    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
+
+
+def _sample_sites(trace):
+    return [
+        site
+        for site in trace.nodes.values()
+        if site["type"] == "sample" and type(site["fn"]).__name__ != "_Subsample"
+    ]
+
+
+def _max_plate_nesting(trace):
+    dims = [-f.dim for site in _sample_sites(trace) for f in site["cond_indep_stack"] if f.vectorized and f.dim is not None]
+    return max(dims, default=0)
+
+
+def _check_all_latents_discrete(trace, helper):
+    for site in _sample_sites(trace):
+        if site["is_observed"]:
+            continue
+        if not getattr(site["fn"], "has_enumerate_support", False):
+            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
+
+
+def _check_full_data(trace, helper):
+    """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
+    subsample scaled up to the plate's size, raises."""
+    for site in trace.nodes.values():
+        if site["type"] == "sample" and type(site["fn"]).__name__ == "_Subsample" and site["value"] is not None:
+            messages.check_full_plate(helper, site["name"], len(site["value"]), site["fn"].size)
+
+
+def _no_guide(*args, **kwargs):
+    pass
+
+
+def _relaxed_latents(trace):
+    return {
+        site["name"]
+        for site in _sample_sites(trace)
+        if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)
+    }
+
+
+def _autoguide_parts(guide):
+    """``guide`` itself, or the parts of an ``AutoGuideList`` (recursively)."""
+    if isinstance(guide, AutoGuideList):
+        return [part for member in guide for part in _autoguide_parts(member)]
+    return [guide]
+
+
+def _joint_latent_layouts(guide):
+    """{auxiliary site name: {model site name: its coordinates in the joint latent}} for the
+    autoguides in ``guide`` that draw every latent site from one auxiliary vector (the
+    ``AutoContinuous`` family: AutoDiagonalNormal, AutoMultivariateNormal, ...), read off their
+    own unpacking of the vector; empty for the others. The guide must have run once."""
+    layouts = {}
+    for part in _autoguide_parts(guide):
+        if isinstance(part, AutoContinuous) and part.prototype_trace is not None:
+            coordinates = torch.arange(part.latent_dim, dtype=torch.float64)
+            layouts[f"_{part._pyro_name}_latent"] = {
+                site["name"]: value.reshape(-1).long() for site, value in part._unpack_latent(coordinates)
+            }
+    return layouts
+
+
+def _auxiliary_layouts(guide_sites, model_sites, autoguide):
+    """{auxiliary guide site: {model site: its coordinates in the auxiliary value, or None for all}}:
+    the joint latents of ``_joint_latent_layouts`` and the per-site ``{name}_unconstrained``
+    auxiliary sites (Pyro's AutoNormal)."""
+    layouts = {name: layout for name, layout in _joint_latent_layouts(autoguide).items() if name in guide_sites}
+    for name, site in guide_sites.items():
+        base = name[: -len("_unconstrained")]
+        if name.endswith("_unconstrained") and base in model_sites and (site["infer"] or {}).get("is_auxiliary"):
+            layouts.setdefault(name, {base: None})
+    return layouts
+
+
+def _marginal_log_prob(joint, value, keep):
+    """The log density, at ``value``, of the coordinates ``keep`` (a boolean mask over the last
+    dimension) of ``joint``, the rest integrated out: closed form for a diagonal Normal (the
+    product over the kept coordinates) and a (low-rank) multivariate Normal (the Normal with the
+    kept rows and columns of the covariance); None for any other distribution."""
+    if isinstance(joint, torch.distributions.Independent) and isinstance(joint.base_dist, Normal):
+        if joint.reinterpreted_batch_ndims == 1:
+            return torch.where(keep, joint.base_dist.log_prob(value), 0.0).sum(-1)
+    elif isinstance(joint, Normal):  # coordinates along the last batch dimension
+        return torch.where(keep, joint.log_prob(value), 0.0)
+    elif isinstance(joint, (MultivariateNormal, LowRankMultivariateNormal)):
+        index = keep.nonzero().reshape(-1)
+        covariance = joint.covariance_matrix[..., index, :][..., index]
+        return MultivariateNormal(joint.loc[..., index], covariance_matrix=covariance).log_prob(value[..., index])
+    return None
+
+
+class _Marginal(TorchDistribution):
+    """Draws of ``joint``, scored by the marginal density of their coordinates ``keep``: drawing the
+    whole vector and using only those coordinates is drawing them from their marginal."""
+
+    def __init__(self, joint, keep):
+        self.joint, self.keep = joint, keep
+        super().__init__(joint.batch_shape, joint.event_shape, validate_args=False)
+
+    @property
+    def has_rsample(self):
+        return self.joint.has_rsample
+
+    @property
+    def support(self):
+        return self.joint.support
+
+    def expand(self, batch_shape, _instance=None):
+        return _Marginal(self.joint.expand(batch_shape), self.keep)
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.joint.sample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.joint.rsample(sample_shape)
+
+    def log_prob(self, value):
+        return _marginal_log_prob(self.joint, value, self.keep)
+
+
+class _MarginalMessenger(Messenger):
+    """Scores the auxiliary sites in ``marginals`` (name -> boolean mask of the coordinates kept)
+    by their marginal density (:class:`_Marginal`)."""
+
+    def __init__(self, marginals):
+        self.marginals = marginals
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        keep = self.marginals.get(msg["name"])
+        if keep is not None and not isinstance(msg["fn"], _Marginal):
+            msg["fn"] = _Marginal(msg["fn"], keep)
+
+
+def _marginalize(guide, marginals):
+    return _MarginalMessenger(marginals)(guide) if marginals else guide
+
+
+def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
+    """Which guide sites to discretize, which to hide and which to marginalize for the discrete
+    graph's proposal.
+
+    A model site that is relaxed and drawn in the guide from a Concrete-family distribution is
+    discretized there; drawn from anything else (an autoguide's Delta over a transformed Normal),
+    it is hidden from the guide so that the model draws it from its discrete prior. An autoguide's
+    auxiliary site is attributed to the model sites it feeds -- ``{name}_unconstrained`` (Pyro's
+    AutoNormal) to ``name``; the joint latent of an ``AutoContinuous`` autoguide (``autoguide``,
+    or a part of an ``AutoGuideList``) to every site, by its coordinates -- and is kept if it feeds
+    no hidden site, hidden if it feeds hidden sites only, and otherwise marginalized: still drawn
+    whole, but scored by the marginal density of the coordinates of the sites kept
+    (:func:`_marginal_log_prob`; a joint without a closed-form marginal raises). Any other guide
+    site without a model counterpart could not be attributed, and raises.
+
+    :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
+        kept}, the model's plate nesting).
+    """
+    with torch.no_grad(), poutine.block():
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+    for trace in (guide_trace, model_trace):
+        _check_full_data(trace, "discrete_log_likelihood")
+    relaxed = _relaxed_latents(model_trace)
+    guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
+    discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
+    hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
+    _check_given(model_trace, given, "discrete_log_likelihood")
+    hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
+    model_sites = {site["name"] for site in _sample_sites(model_trace)}
+    auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
+    for name, layout in auxiliary.items():
+        fed_hidden = hidden & set(layout)
+        if not fed_hidden:
+            continue
+        if fed_hidden == set(layout):
+            hidden.add(name)
+            continue
+        joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
+        keep = torch.zeros(value.shape[-1], dtype=torch.bool)
+        for site, coordinates in layout.items():
+            if site not in hidden:
+                keep[coordinates] = True
+        if _marginal_log_prob(joint, value, keep) is None:
+            raise ValueError(
+                f"discrete_log_likelihood: guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
+                f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
+                "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
+                "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
+                "(poutine.block(model, hide=[...])) and AutoNormal or a Concrete-family guide for the relaxed ones"
+            )
+        marginals[name] = keep
+    unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
+    if unattributed:
+        raise ValueError(
+            f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
+            "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
+            "an autoguide such as AutoNormal), and these cannot be attributed to a site"
+        )
+    return discretized, hidden, marginals, _max_plate_nesting(model_trace)
+
+
+def _per_particle(log_prob, site, particle_dim, plate, caller):
+    """A site's log_prob summed to shape (num_particles,) or (num_particles, plate size)."""
+    log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
+    keep = {log_prob.dim() + particle_dim}
+    if plate is not None:
+        frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+        if not frames:
+            raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
+        keep.add(log_prob.dim() + frames[0].dim)
+    dims = [d for d in range(log_prob.dim()) if d not in keep]
+    return log_prob.sum(dims) if dims else log_prob
+
+
+def _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals=False):
+    """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
+
+    A latent site the guide does not draw is drawn by the model from its prior, which is then its
+    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
+    are left out, and a latent outside it raises.
+    """
+    total = 0.0
+    proposed = {site["name"] for site in _sample_sites(guide_trace)}
+    for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
+        trace.compute_log_prob()
+        for site in _sample_sites(trace):
+            if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
+                continue
+            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+                if site["is_observed"]:
+                    continue
+                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
+            total = total + sign * _per_particle(site["log_prob"], site, particle_dim, plate, caller)
+    return total
+
+
+def _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller):
+    """(model trace, guide trace, particle dim) of m particles drawn in parallel in a plate left of
+    the model's plates (``num_particles=None``: one, without that plate)."""
+    particle_dim = -1 - max_plate_nesting
+
+    def vectorized(fn):
+        if num_particles is None:  # one particle, as the model is written: no particle plate
+            return fn
+
+        def run(*a, **k):
+            with pyro.plate(f"_{caller}_particles", num_particles, dim=particle_dim):
+                return fn(*a, **k)
+
+        return run
+
+    guide_trace = poutine.trace(vectorized(guide)).get_trace(*args, **kwargs)
+    model_trace = poutine.trace(poutine.replay(vectorized(model), trace=guide_trace)).get_trace(*args, **kwargs)
+    return model_trace, guide_trace, particle_dim
+
+
+def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller, given_globals=False):
+    """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
+    a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
+    if not (isinstance(num_particles, int) and num_particles >= 1):
+        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+
+    def log_weights(count):
+        model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
+        return _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals)
+
+    if num_particles == 1:  # one particle: the model as written, no particle plate
+        return torch.logsumexp(log_weights(None), dim=0)
+    try:
+        weights = log_weights(num_particles)
+    except (RuntimeError, ValueError) as error:
+        # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
+        # over the particle dimension: then one particle at a time (a failure there is the model's own)
+        weights = torch.cat([log_weights(None) for _ in range(num_particles)])
+        warnings.warn(
+            f"{caller}: the model or guide does not broadcast over a leftmost particle dimension "
+            f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); drew the {num_particles} particles one "
+            "at a time, which is slower (see the docstring)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return torch.logsumexp(weights, dim=0) - math.log(num_particles)

@@ -1,0 +1,207 @@
+"""Evaluating the discrete graph of a model trained with Concrete relaxations (paper section 3.3).
+
+The helpers put the handlers in the right order themselves: the swap to discrete sites innermost
+(around the model and guide, with ``block`` inside it), enumeration and tracing outside.
+"""
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
+
+from ._traces import (
+    _check_all_latents_discrete,
+    _check_full_data,
+    _check_given,
+    _importance_bound,
+    _marginalize,
+    _max_plate_nesting,
+    _no_guide,
+    _proposal,
+    _sample_sites,
+    _with_given,
+    _with_params,
+)
+from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
+
+__all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
+
+
+def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
+    """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
+    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
+    data set: a subsampled plate raises a ValueError.
+
+    :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
+    :param given: optional dict from latent site name to a value: those sites are held at the values
+        and left out of the log joint, so the result is log p(observations | given) (e.g. the
+        continuous globals at their posterior point estimates). ``params`` substitutes parameters;
+        ``given`` conditions latent sites.
+    :param params: optional dict of parameter values (default: Pyro's param store).
+    :returns: a scalar tensor, differentiable with respect to the parameters.
+    """
+    model = _with_given(_with_params(model, params), given)
+    with torch.no_grad(), poutine.block():
+        trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
+    _check_given(trace, given, "marginal_log_likelihood")
+    _check_all_latents_discrete(trace, "marginal_log_likelihood")
+    _check_full_data(trace, "marginal_log_likelihood")
+    elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
+    enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
+    try:
+        return -elbo.differentiable_loss(enumerated, _no_guide, *args, **kwargs)
+    except ValueError as error:  # raised when no parameter requires a gradient
+        if "cannot be differentiated" not in str(error):
+            raise
+        return torch.tensor(-elbo.loss(enumerated, _no_guide, *args, **kwargs), dtype=torch.float64)
+
+
+def map_assignment(model, *args, params=None, given=None, **kwargs):
+    """The jointly most probable values of the Concrete-family latent sites under the discrete
+    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
+    set: a subsampled plate raises a ValueError.
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
+        Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
+    """
+    return _assignment(model, args, kwargs, params, given, 0, "map_assignment")
+
+
+def sample_assignment(model, *args, params=None, given=None, **kwargs):
+    """One draw of the Concrete-family latent sites from their exact posterior under the discrete
+    graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
+    whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
+    discrete sites: one call per draw of the continuous globals, passed in ``given`` (not
+    ``Predictive`` over ``infer_discrete``, whose enumeration pass does not see the guide's values).
+
+    :param given: optional dict from latent site name to a value, held there (see
+        :func:`marginal_log_likelihood`); those sites are not in the result.
+    :returns: dict from site name to its value in the site's own sample space, as
+        :func:`map_assignment`.
+    """
+    return _assignment(model, args, kwargs, params, given, 1, "sample_assignment")
+
+
+def _is_relaxed_sample(msg):
+    return msg["type"] == "sample" and isinstance(unwrap(msg["fn"])[0], CONCRETE_FAMILY)
+
+
+class Predictive(pyro.infer.Predictive):
+    """``pyro.infer.Predictive`` for models with Concrete-family sites; the same arguments. With
+    ``infer_discrete=True`` it draws from the model's *discrete graph*: every Concrete-family site
+    is drawn from its exact posterior (enumerated, given the observations and the other latents drawn
+    from ``guide`` or taken from ``posterior_samples``) and returned in the site's own sample space
+    (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
+    LogitBinConcrete), not as the enumerated index. The guide's Concrete-family sites are hidden
+    (the discrete draws do not start from the guide's relaxed ones). Without ``infer_discrete``,
+    ``pyro.infer.Predictive`` as it is.
+
+    (Pyro's own ``Predictive`` around ``infer_discrete`` draws the discrete sites given globals from
+    the prior, not the guide's; here each draw is :func:`sample_assignment` given that draw's other
+    latents, one draw at a time.)
+    """
+
+    def __init__(self, model, posterior_samples=None, guide=None, num_samples=None, return_sites=(), parallel=False, *,
+                 infer_discrete=False):
+        if infer_discrete and guide is not None:
+            guide = poutine.block(guide, hide_fn=_is_relaxed_sample)
+        super().__init__(model, posterior_samples, guide, num_samples, return_sites, parallel)
+        self.infer_discrete = infer_discrete
+
+    def forward(self, *args, **kwargs):
+        if not self.infer_discrete:
+            return super().forward(*args, **kwargs)
+        posterior = self.posterior_samples
+        if self.guide is not None:
+            guide_draws = pyro.infer.Predictive(self.guide, posterior, num_samples=self.num_samples, parallel=self.parallel)
+            posterior = {**posterior, **guide_draws(*args, **kwargs)}
+        draws = [self._draw({name: value[i] for name, value in posterior.items()}, args, kwargs) for i in range(self.num_samples)]
+        return {name: torch.stack([draw[name] for draw in draws]) for name in draws[0]}
+
+    def _draw(self, given, args, kwargs):
+        """One draw: the Concrete-family sites from their exact posterior given ``given``, then the
+        model's other sites given both (as ``pyro.infer.Predictive`` picks its sites)."""
+        assignment = sample_assignment(self.model, *args, given=given, **kwargs)
+        with torch.no_grad():
+            trace = poutine.trace(poutine.condition(discrete(self.model, mode="sample"), data={**given, **assignment})).get_trace(*args, **kwargs)
+        if self.return_sites:
+            names = self.return_sites
+        else:
+            names = [site["name"] for site in _sample_sites(trace) if self.guide is not None or site["name"] not in given]
+        return {name: trace.nodes[name]["value"] for name in names}
+
+
+def _assignment(model, args, kwargs, params, given, temperature, helper):
+    model = _with_given(_with_params(model, params), given)
+    with torch.no_grad(), poutine.block():
+        trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
+        _check_given(trace, given, helper)
+        _check_all_latents_discrete(trace, helper)
+        _check_full_data(trace, helper)
+        swap = DiscreteMessenger(mode="enumerate")
+        decoded = infer_discrete(
+            config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature
+        )
+        trace = poutine.trace(decoded).get_trace(*args, **kwargs)
+    to_value = swap._to_value
+    return {
+        site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+        for site in _sample_sites(trace)
+        if not site["is_observed"]
+    }
+
+
+def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, **kwargs):
+    """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
+    metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
+    discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO
+    of the discrete graph. Evaluates the whole data set: a subsampled plate raises a ValueError.
+
+    The proposal q, site by site (log q is summed over exactly the sites it draws, auxiliary sites
+    included, as in any importance-weighted bound):
+
+    - a relaxed site that the guide draws from a Concrete-family distribution: its zero-temperature
+      limit, scored with its discrete mass;
+    - a relaxed site that the guide draws otherwise (an autoguide's Delta or transformed Normal):
+      hidden from the guide, with an auxiliary site that feeds it alone (``{name}_unconstrained``),
+      so that the model draws it from its discrete prior, which cancels in the weight;
+    - any other latent site (a continuous global): the guide's own distribution, scored with its
+      density. With AutoNormal (or any proper density) E[L_m] increases to log p(x) as m grows;
+      AutoDelta is a point mass at theta scored 1, and L_m tends to log p(x, theta) =
+      log p(x | theta) + log p(theta), the MAP objective (not a bound on log p(x));
+    - the joint auxiliary latent ``_{prefix}_latent`` of AutoDiagonalNormal, AutoMultivariateNormal
+      or AutoLowRankMultivariateNormal, which holds the unconstrained coordinates of the continuous
+      and the relaxed sites alike: drawn whole but scored by the marginal density of the continuous
+      sites' coordinates, the relaxed coordinates integrated out (their Delta sites are hidden and
+      the model draws the relaxed sites from the prior). The proposal of the continuous sites is
+      then the autoguide's marginal, and L_m the bound of a proposal q(theta) p(z). An autoguide
+      whose joint has no closed-form marginal (a normalizing flow) raises a ValueError when it
+      also draws relaxed sites.
+
+    :param given: optional dict from latent site name to a value: held there in the model, left out
+        of the weights, and not proposed by the guide (its auxiliary sites hidden too): bounds of
+        log p(x | given).
+    :param int num_particles: m, drawn in parallel (a plate left of the model's plates): model and
+        guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
+        where they raise, the particles are drawn one at a time, with a warning (slower). m = 1
+        runs model and guide as written.
+    :param str plate: None for one bound of all observations jointly; or the name of a plate that
+        holds every latent site (the data plate), for one bound per element of it (each data point
+        with its own m particles, as the paper evaluates), returned with that plate's size. Observed
+        sites outside the plate (globals conditioned on a value) condition every element alike and are
+        left out: the bounds are of log p(x_n | globals). A latent global the guide draws raises.
+    :param params: optional dict of parameter values (default: Pyro's param store).
+    :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
+    """
+    autoguide = guide
+    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
+    discretized, hidden, marginals, max_plate_nesting = _proposal(model, guide, args, kwargs, autoguide, given)
+    guide = _marginalize(guide, marginals)
+    guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
+    model_d = discrete(model, mode="sample")
+    with torch.no_grad():
+        return _importance_bound(
+            model_d, guide_d, args, kwargs, num_particles, plate, max_plate_nesting, "discrete_log_likelihood", given_globals=True
+        )
