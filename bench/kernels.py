@@ -260,9 +260,9 @@ def _compared_in_full(cls):
     sentinel rows ``pyro_concrete`` compares (``_carry``): the alternative design, timed here only."""
 
     class ComparedInFull(cls):
-        def _attach(self, value, coordinates, kind):
-            value = super()._attach(value, coordinates, kind)
-            entry = _carry._entries.get(value.untyped_storage()._cdata)
+        def rsample(self, sample_shape=torch.Size()):
+            value = super().rsample(sample_shape)
+            entry = _carry.carry._entries.get(value.untyped_storage()._cdata)
             if entry is not None:
                 entry.copy = value.detach().clone()
             return value

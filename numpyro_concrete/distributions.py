@@ -15,8 +15,9 @@ from numpyro.util import not_jax_tracer
 from concrete_common.kinds import Kind
 from concrete_common.messages import infinite_density_message
 
-from . import _carry, _numerics
+from . import _numerics
 from . import constraints as concrete_constraints
+from ._carry import carry
 from ._checks import ValidatedValues, promote_params, validation_enabled
 from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
@@ -77,12 +78,11 @@ class _ConcreteFamily(ValidatedValues, Distribution):
                 "posterior, pass it discrete(model, mode='enumerate') (the result holds the enumerated indices)"
             )
 
-    def _coordinates(self, value, kinds, intermediates=None):
-        """The log-space coordinates carried by ``value`` (a sample of the family: in the support by
-        construction, so not validated again), or None for any other value (see ``_validated``).
-        See ``_carry`` for which values carry them."""
-        self._check_value_shape(value)
-        return intermediates[0] if intermediates else _carry.recall(value, kinds)
+    @staticmethod
+    def _carried(value, kinds, intermediates=None):
+        """The sampler's log-space coordinates of ``value``: its ``intermediates`` where NumPyro
+        passes them, else the carry's (see ``_carry``); None for a value that is not an own sample."""
+        return intermediates[0] if intermediates else carry.recall(value, kinds)
 
     def _validated(self, value, log_prob):
         """``log_prob`` of a value that is not an own sample, under validation -inf off the support
@@ -153,11 +153,12 @@ class Concrete(_NaryConcrete):
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_log(key, sample_shape)
-        return _carry.attach(jnp.exp(y), y, Kind.LOG), [y]
+        return carry.attach(jnp.exp(y), y, Kind.LOG), [y]
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
-        if y is not None:
+        self._check_value_shape(value)
+        y = self._carried(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
+        if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
         log_prob = self._validated(value, log_prob)
@@ -194,10 +195,11 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
+        return carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
 
     def log_prob(self, value, intermediates=None):
-        if self._coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
+        self._check_value_shape(value)
+        if self._carried(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
@@ -247,15 +249,16 @@ class BinConcrete(_BinaryConcrete):
 
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_logit(key, sample_shape)
-        return _carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
+        return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
 
     def _logit_of(self, value):
-        y = _carry.recall(value, (Kind.LOGIT,))
+        y = carry.recall(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value, intermediates=None):
-        y = self._coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
-        if y is not None:
+        self._check_value_shape(value)
+        y = self._carried(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
+        if y is not None:  # an own sample (in the support by construction): its exact logit
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
         log_prob = self._validated(value, log_prob)
@@ -268,7 +271,7 @@ class BinConcrete(_BinaryConcrete):
 
     def icdf(self, value):
         y = (self.logits + _numerics.logit(value)) / self.temperature
-        return _carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
+        return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
@@ -294,12 +297,14 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def sample_with_intermediates(self, key, sample_shape=()):
-        return _carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
+        return carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
 
     def log_prob(self, value, intermediates=None):
-        own = self._coordinates(value, (Kind.REAL,)) is not None  # checks the value's shape first
+        self._check_value_shape(value)
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
-        return log_prob if own else self._validated(value, log_prob)
+        if self._carried(value, (Kind.REAL,)) is not None:  # an own sample
+            return log_prob
+        return self._validated(value, log_prob)
 
     def cdf(self, value):
         if self._validate_args:

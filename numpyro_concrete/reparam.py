@@ -17,7 +17,8 @@ from numpyro.infer.reparam import Reparam
 
 from concrete_common.kinds import Kind
 
-from . import _carry, _numerics
+from . import _numerics
+from ._carry import carry
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 
 __all__ = ["LogSpaceReparam", "log_space_config"]
@@ -40,11 +41,11 @@ class LogSpaceReparam(Reparam):
 
         y = None
         if obs is not None:  # an observed value, in log space
-            y = _carry.recall(obs, (kind,))
+            y = carry.recall(obs, (kind,))
             y = coordinates(obs) if y is None else y
         log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
         y = numpyro.sample(f"{name}_{suffix}", self._wrap(log_space, expand_shape, event_dim), obs=y)
-        value = _carry.attach(show(y), y, kind) if obs is None else obs
+        value = carry.attach(show(y), y, kind) if obs is None else obs
         return None, value  # a deterministic site
 
 

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 
 from concrete_common.kinds import Kind
 
-from . import _carry, _numerics
+from . import _numerics
+from ._carry import carry
 from .distributions import BinConcrete, Concrete
 
 __all__ = ["ConcreteStraightThrough", "BinConcreteStraightThrough"]
@@ -29,7 +30,7 @@ def _straight_through(hard, relaxed):
 
 def _relaxed_coordinates(d, value, kind, intermediates):
     d._check_value_shape(value)
-    y = intermediates[0] if intermediates else _carry.recall(value, (kind,))
+    y = d._carried(value, (kind,), intermediates)
     if y is None:
         raise ValueError(
             f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution within the "
@@ -58,7 +59,7 @@ class ConcreteStraightThrough(Concrete):
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_log(key, sample_shape)
         hard = jax.nn.one_hot(jnp.argmax(y, -1), y.shape[-1], dtype=y.dtype)
-        return _carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
+        return carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
 
     def log_prob(self, value, intermediates=None):
         y = _relaxed_coordinates(self, value, self._kind, intermediates)
@@ -82,7 +83,7 @@ class BinConcreteStraightThrough(BinConcrete):
     def sample_with_intermediates(self, key, sample_shape=()):
         y = self._sample_logit(key, sample_shape)
         hard = (y > 0).astype(y.dtype)
-        return _carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
+        return carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
 
     def log_prob(self, value, intermediates=None):
         y = _relaxed_coordinates(self, value, self._kind, intermediates)

@@ -14,8 +14,8 @@ from numpyro.distributions.transforms import IdentityTransform, ParameterFreeTra
 
 from concrete_common.kinds import Kind
 
-from . import _carry
 from . import constraints as concrete_constraints
+from ._carry import carry
 from ._numerics import log, logit
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
@@ -64,16 +64,16 @@ class SimplexTransform(_VectorTransform):
 
     def __call__(self, u):
         y = _log_softmax_padded(u)
-        return _carry.attach(jnp.exp(y), y, Kind.LOG)
+        return carry.attach(jnp.exp(y), y, Kind.LOG)
 
     def _inverse(self, x):
-        y = _carry.recall(x, (Kind.LOG,))
+        y = carry.recall(x, (Kind.LOG,))
         if y is None:
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):
-        y = _carry.recall(x, (Kind.LOG,))
+        y = carry.recall(x, (Kind.LOG,))
         if y is None:
             y = _log_softmax_padded(u)
         return y.sum(-1)
@@ -87,10 +87,10 @@ class UnitIntervalTransform(ParameterFreeTransform):
     sign = 1
 
     def __call__(self, u):
-        return _carry.attach(jax.nn.sigmoid(u), u, Kind.LOGIT)
+        return carry.attach(jax.nn.sigmoid(u), u, Kind.LOGIT)
 
     def _inverse(self, x):
-        y = _carry.recall(x, (Kind.LOGIT,))
+        y = carry.recall(x, (Kind.LOGIT,))
         return logit(x) if y is None else y
 
     def log_abs_det_jacobian(self, u, x, intermediates=None):

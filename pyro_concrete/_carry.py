@@ -1,34 +1,13 @@
-"""Carry the exact log-space coordinates of a sample alongside the sample.
+"""The exact log-space coordinates of a sample, carried alongside the sample: :class:`Carry`.
 
 A Concrete sample ``x = exp(y)`` underflows to exact zeros at low temperature, and a BinConcrete
 sample ``x = sigmoid(y)`` to exact 0 or 1; ``y`` itself is finite. ``Concrete.log_prob(x)`` needs
 ``y``, and it is asked for it by other objects than the one that drew ``x`` (in SVI the model's
 prior scores the guide's sample after ``pyro.sample``, ``poutine.trace`` and ``replay``). An
 attribute on the tensor (Pyro's ``_unquantize``) is lost by every view, including the
-``value.expand(shape)`` by which ``Delta`` hands an autoguide's value to the model.
-
-Invariants of the registry (one entry per storage):
-
-- **Keyed** by the storage that holds the sample's memory (``x.untyped_storage()``), through a weak
-  reference to it: the entry is dropped when that storage is freed. An entry also records the
-  storage's address and size, the sample's geometry, dtype and device, the sample tensor (weakly)
-  and its version counter, and ``y`` with its version counter.
-- **Trusted** for a value only if, at that moment: the value lives in the keyed storage, which is
-  still at the recorded address with the recorded size (``share_memory_()``, ``set_()``, ``.data =``,
-  ``untyped_storage().resize_()`` move or free it); the sample tensor is alive and neither it nor
-  ``y`` was modified in place (version counters, which views and ``detach()`` share); the memory
-  still holds what the sampler wrote -- edits that bypass the version counter (``x.data.copy_()``,
-  writes through ``x.numpy()`` or a DLPack alias) are caught where they touch one of 4 sentinel
-  rows (16 elements for the binary kinds) spread from the first to the last, compared on every
-  recall at O(1) cost (a comparison of the whole sample costs more than 3 %:
-  ``python -m bench.kernels --content-check``); an edit through such an alias that spares every
-  sentinel is not seen (README, Numerics); and the value's geometry maps onto the sample's (the
-  sample itself, or a view of it whose events are events of the sample: ``detach``, ``expand``, batch slices,
-  ``ExpandedDistribution``'s ``permute``/``reshape``). The coordinates returned are ``y`` viewed the
-  same way.
-- **Otherwise** nothing is returned, and the value is scored from ``log x`` (exact wherever x did
-  not underflow) -- or, for the straight-through distributions, whose discrete values alone do not
-  determine the relaxed sample behind them, refused with a ValueError.
+``value.expand(shape)`` by which ``Delta`` hands an autoguide's value to the model; so a registry
+keyed by the sample's memory holds them. The distributions call it once per ``rsample`` and once
+per ``log_prob``.
 """
 
 import weakref
@@ -37,76 +16,167 @@ import torch
 
 from ._tracing import quiet_under_trace
 
-_entries = {}
+__all__ = ["Carry", "carry"]
 
-_SENTINEL_ROWS = 4
-_SENTINEL_ELEMENTS = 16
+_INTEGER_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class _Entry:
+    """What :meth:`Carry.attach` recorded of one sample (see :class:`Carry` for its use)."""
+
     __slots__ = (
         "storage", "data_ptr", "nbytes", "sample", "version", "coordinates", "coordinates_version", "kind",
         "owns_storage", "copy", "sentinel_step", "sentinels",
     )
 
 
-def clear():
-    """Forget every carried sample (they are scored from their values afterwards)."""
-    _entries.clear()
+class Carry:
+    """Samples of the family and their log-space coordinates: one entry per storage.
+
+    - **Keyed** by the storage that holds the sample's memory (``x.untyped_storage()``), through a
+      weak reference to it: the entry is dropped when that storage is freed, or by :meth:`clear`. An
+      entry also records the storage's address and size, the sample's geometry, dtype and device,
+      the sample tensor (weakly) and its version counter, and ``y`` with its version counter. A
+      lookup is one dictionary access by the value's storage: copies are never looked up (they are
+      scored from their values), so no entry is ever scanned or compared with a copy.
+    - **Trusted** for a value only if, at that moment: the value lives in the keyed storage, which is
+      still at the recorded address with the recorded size (``share_memory_()``, ``set_()``, ``.data =``,
+      ``untyped_storage().resize_()`` move or free it); the sample tensor is alive and neither it nor
+      ``y`` was modified in place (version counters, which views and ``detach()`` share); the memory
+      still holds what the sampler wrote -- edits that bypass the version counter (``x.data.copy_()``,
+      writes through ``x.numpy()`` or a DLPack alias) are caught where they touch one of 4 sentinel
+      rows (16 elements for the binary kinds) spread from the first to the last, compared on every
+      recall at O(1) cost (a comparison of the whole sample costs more than 3 %:
+      ``python -m bench.kernels --content-check``); an edit through such an alias that spares every
+      sentinel is not seen (README, Numerics); and the value's geometry maps onto the sample's (the
+      sample itself, or a view of it whose events are events of the sample: ``detach``, ``expand``,
+      batch slices, ``ExpandedDistribution``'s ``permute``/``reshape``). The coordinates returned are
+      ``y`` viewed the same way.
+    - **Otherwise** nothing is returned, and the value is scored from ``log x`` (exact wherever x did
+      not underflow) -- or, for the straight-through distributions, whose discrete values alone do
+      not determine the relaxed sample behind them, refused with a ValueError.
+    """
+
+    SENTINEL_ROWS = 4
+    SENTINEL_ELEMENTS = 16
+
+    def __init__(self):
+        self._entries = {}
+
+    def __len__(self):
+        return len(self._entries)
+
+    def clear(self):
+        """Forget every carried sample (they are scored from their values afterwards)."""
+        self._entries.clear()
+
+    @quiet_under_trace
+    def attach(self, value, coordinates, kind):
+        """Record that ``value`` has the log-space ``coordinates`` of the given ``kind`` (a
+        ``concrete_common.kinds.Kind``; ``LOG``: value = exp(coordinates); ``LOGIT``: value =
+        sigmoid(coordinates); ``STRAIGHT_THROUGH_LOG`` / ``_LOGIT``: a straight-through value whose
+        relaxed sample is exp / sigmoid of the coordinates; ``LOG_SIMPLEX``, ``REAL``: ``value`` is an
+        ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
+        None). Returns value."""
+        try:
+            storage = value.untyped_storage()
+            key = storage._cdata
+        except (RuntimeError, NotImplementedError, AttributeError):  # no storage (functorch, fake, meta)
+            return value
+        if coordinates is not None and (coordinates.shape != value.shape or coordinates.stride() != value.stride()):
+            coordinates = coordinates.contiguous()
+            if not value.is_contiguous():
+                return value
+        entries = self._entries
+        entry = _Entry()
+        entry.storage = weakref.ref(storage, lambda ref, key=key: _drop(entries, key, ref))
+        entry.data_ptr, entry.nbytes = storage.data_ptr(), storage.nbytes()
+        entry.sample, entry.version = weakref.ref(value), value._version
+        entry.coordinates = coordinates
+        entry.coordinates_version = None if coordinates is None else coordinates._version
+        entry.kind = kind
+        entry.owns_storage = (
+            value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
+        )
+        sample = value.detach()
+        entry.copy = entry.sentinel_step = entry.sentinels = None
+        if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
+            entry.copy = sample.clone()
+        else:  # rows spread evenly from the first to (about) the last, by slicing: no index tensor
+            rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
+            count = self.SENTINEL_ROWS if kind.n_ary else self.SENTINEL_ELEMENTS
+            entry.sentinel_step = max(1, (rows.shape[0] - 1) // (count - 1))
+            entry.sentinels = rows[:: entry.sentinel_step][:count].clone()
+        entries[key] = entry
+        return value
+
+    def recall(self, value, kinds):
+        """The coordinates carried by ``value`` (a sample of one of the ``kinds``, or a view of one),
+        with the autograd graph of the sampler, or None. For transforms and reparametrizers;
+        ``log_prob`` uses :meth:`scoring_coordinates`."""
+        found = self._lookup(value, kinds)
+        return None if found is None else found[2]
+
+    def scoring_coordinates(self, value, kinds):
+        """The coordinates with which ``log_prob`` scores ``value``, or None (not an own sample).
+
+        Gradients: to the sampler's parameters through the carried coordinates if the value is the
+        sample (or a view of it) and requires grad; none if the value does not require grad (it was
+        detached); and to the value itself as to a value scored from its own coordinates (``dy/dx``,
+        computed stably from y), so that a density can be differentiated with respect to its sample.
+        An ExpConcrete / LogitBinConcrete sample is its own coordinates: the value is returned."""
+        found = self._lookup(value, kinds)
+        if found is None:
+            return None
+        entry, sample, y = found
+        if entry.coordinates is None:
+            return value
+        if not value.requires_grad or not torch.is_grad_enabled():
+            return y.detach()
+        if not _connected(value, sample):
+            y = y.detach()
+        relaxed = None if entry.kind.straight_through else value.detach()
+        return _Link.apply(value, y, relaxed, entry.kind.binary)
+
+    @quiet_under_trace
+    def _lookup(self, value, kinds):
+        """(entry, sample, coordinates viewed as the value) for a trusted entry, or None."""
+        try:
+            storage = value.untyped_storage()
+            entry = self._entries.get(storage._cdata)
+        except (RuntimeError, NotImplementedError, AttributeError):
+            return None
+        if entry is None or entry.kind not in kinds or entry.storage() is not storage:
+            return None
+        sample = entry.sample()
+        if (
+            sample is None
+            or storage.data_ptr() != entry.data_ptr
+            or storage.nbytes() != entry.nbytes
+            or sample._version != entry.version
+            or sample.untyped_storage() is not storage
+            or value.dtype != sample.dtype
+            or (entry.coordinates is not None and entry.coordinates._version != entry.coordinates_version)
+        ):
+            return None
+        # an ExpConcrete / LogitBinConcrete sample is its own coordinates
+        coordinates = _view(entry, sample, value, sample if entry.coordinates is None else entry.coordinates)
+        if coordinates is None or not _unchanged(entry, sample):
+            return None
+        return entry, sample, value if entry.coordinates is None else coordinates
 
 
-def _drop(key, ref):
-    entry = _entries.get(key)
+carry = Carry()  # the registry of this process, which every distribution of the package uses
+
+
+def _drop(entries, key, ref):
+    entry = entries.get(key)
     if entry is not None and entry.storage is ref:
-        del _entries[key]
+        del entries[key]
 
 
 def _rows(flat_sample, kind, num_categories):
     return flat_sample.view(-1, num_categories) if kind.n_ary else flat_sample
-
-
-@quiet_under_trace
-def attach(value, coordinates, kind):
-    """Record that ``value`` has the log-space ``coordinates`` of the given ``kind``
-    (a ``concrete_common.kinds.Kind``; ``LOG``: value = exp(coordinates); ``LOGIT``: value =
-    sigmoid(coordinates); ``STRAIGHT_THROUGH_LOG`` / ``_LOGIT``: a straight-through value whose relaxed
-    sample is exp / sigmoid of the coordinates; ``LOG_SIMPLEX``, ``REAL``: ``value`` is an
-    ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
-    None, so that ``log_prob`` may skip the boundary check and the validation of the value).
-    Returns value."""
-    try:
-        storage = value.untyped_storage()
-        key = storage._cdata
-    except (RuntimeError, NotImplementedError, AttributeError):  # no storage (functorch, fake, meta)
-        return value
-    if coordinates is not None and (coordinates.shape != value.shape or coordinates.stride() != value.stride()):
-        coordinates = coordinates.contiguous()
-        if not value.is_contiguous():
-            return value
-    entry = _Entry()
-    entry.storage = weakref.ref(storage, lambda ref, key=key: _drop(key, ref))
-    entry.data_ptr, entry.nbytes = storage.data_ptr(), storage.nbytes()
-    entry.sample, entry.version = weakref.ref(value), value._version
-    entry.coordinates = coordinates
-    entry.coordinates_version = None if coordinates is None else coordinates._version
-    entry.kind = kind
-    entry.owns_storage = (
-        value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
-    )
-    sample = value.detach()
-    entry.copy = entry.sentinel_step = entry.sentinels = None
-    if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
-        entry.copy = sample.clone()
-    else:  # rows spread evenly from the first to (about) the last, by slicing: no index tensor
-        rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
-        count = _SENTINEL_ROWS if kind.n_ary else _SENTINEL_ELEMENTS
-        entry.sentinel_step = max(1, (rows.shape[0] - 1) // (count - 1))
-        entry.sentinels = rows[:: entry.sentinel_step][:count].clone()
-    _entries[key] = entry
-    return value
-
-
-_INTEGER_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _same_bits(tensor, copy):
@@ -120,7 +190,7 @@ def _same_bits(tensor, copy):
 
 
 def _unchanged(entry, sample):
-    """Whether the sample's memory still holds what the sampler wrote (see the module docstring)."""
+    """Whether the sample's memory still holds what the sampler wrote (see :class:`Carry`)."""
     if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
         return True
     detached = sample.detach()
@@ -146,42 +216,6 @@ def _view(entry, sample, value, coordinates):
         if offset % num_categories or any(s % num_categories for s in batch):
             return None
     return coordinates.as_strided(value.shape, value.stride(), coordinates.storage_offset() + offset)
-
-
-@quiet_under_trace
-def _lookup(value, kinds):
-    """(entry, sample, coordinates viewed as the value) for a trusted entry, or None."""
-    try:
-        storage = value.untyped_storage()
-        entry = _entries.get(storage._cdata)
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return None
-    if entry is None or entry.kind not in kinds or entry.storage() is not storage:
-        return None
-    sample = entry.sample()
-    if (
-        sample is None
-        or storage.data_ptr() != entry.data_ptr
-        or storage.nbytes() != entry.nbytes
-        or sample._version != entry.version
-        or sample.untyped_storage() is not storage
-        or value.dtype != sample.dtype
-        or (entry.coordinates is not None and entry.coordinates._version != entry.coordinates_version)
-    ):
-        return None
-    # an ExpConcrete / LogitBinConcrete sample is its own coordinates
-    coordinates = _view(entry, sample, value, sample if entry.coordinates is None else entry.coordinates)
-    if coordinates is None or not _unchanged(entry, sample):
-        return None
-    return entry, sample, value if entry.coordinates is None else coordinates
-
-
-def recall(value, kinds):
-    """The coordinates carried by ``value`` (a sample of one of the ``kinds``, or a view of one),
-    with the autograd graph of the sampler, or None. For transforms and reparametrizers;
-    ``log_prob`` uses :func:`scoring_coordinates`."""
-    found = _lookup(value, kinds)
-    return None if found is None else found[2]
 
 
 def _connected(value, sample):
@@ -236,24 +270,3 @@ def _bounded(t):
     low, high = torch.aminmax(t)
     bound = _bound(t)
     return -bound <= float(low) and float(high) <= bound
-
-
-def scoring_coordinates(value, kinds):
-    """The coordinates with which ``log_prob`` scores ``value``, or None (see the module docstring).
-
-    Gradients: to the sampler's parameters through the carried coordinates if the value is the
-    sample (or a view of it) and requires grad; none if the value does not require grad (it was
-    detached); and to the value itself as to a value scored from its own coordinates (``dy/dx``,
-    computed stably from y), so that a density can be differentiated with respect to its sample."""
-    found = _lookup(value, kinds)
-    if found is None:
-        return None
-    entry, sample, y = found
-    if entry.coordinates is None:
-        return value
-    if not value.requires_grad or not torch.is_grad_enabled():
-        return y.detach()
-    if not _connected(value, sample):
-        y = y.detach()
-    relaxed = None if entry.kind.straight_through else value.detach()
-    return _Link.apply(value, y, relaxed, entry.kind.binary)

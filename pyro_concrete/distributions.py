@@ -13,8 +13,9 @@ from torch.distributions.utils import lazy_property
 from concrete_common.kinds import Kind
 from concrete_common.messages import infinite_density_message
 
-from . import _carry, _numerics
+from . import _numerics
 from . import constraints as concrete_constraints
+from ._carry import carry
 from ._checks import promote_params, validation_enabled
 from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
@@ -61,19 +62,6 @@ class _ConcreteFamily(TorchDistribution):
         if self._validate_args and not torch.jit.is_tracing() and bool((log_prob == float("inf")).any()):
             raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
         return log_prob
-
-    def _coordinates(self, value, kinds):
-        """The log-space coordinates carried by ``value`` (a sample of the family, or a view of one:
-        in the support by construction, so not validated again), or None for any other value
-        (validated). See ``_carry`` for when a carried sample is trusted."""
-        y = _carry.scoring_coordinates(value, kinds)
-        if y is None:
-            self._validate(value)
-        return y
-
-    def _attach(self, value, coordinates, kind):
-        """Carry ``coordinates`` with a sample (see ``_carry``)."""
-        return _carry.attach(value, coordinates, kind)
 
 
 class _NaryConcrete(_ConcreteFamily):
@@ -129,12 +117,13 @@ class Concrete(_NaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
-        return self._attach(torch.exp(y), y, Kind.LOG)
+        return carry.attach(torch.exp(y), y, Kind.LOG)
 
     def log_prob(self, value):
-        y = self._coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
-        if y is not None:
+        y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
+        if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
+        self._validate(value)
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
@@ -169,11 +158,12 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
+        return carry.attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
 
     def log_prob(self, value):
-        if self._coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
+        if carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
+        self._validate(value)
         return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
 
     def discrete(self):
@@ -223,16 +213,17 @@ class BinConcrete(_BinaryConcrete):
 
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
-        return self._attach(torch.sigmoid(y), y, Kind.LOGIT)
+        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
 
     def _logit_of(self, value):
-        y = _carry.scoring_coordinates(value, (Kind.LOGIT,))
+        y = carry.scoring_coordinates(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value):
-        y = self._coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT))
-        if y is not None:
+        y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT))
+        if y is not None:  # an own sample (in the support by construction): its exact logit
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
+        self._validate(value)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
@@ -242,7 +233,7 @@ class BinConcrete(_BinaryConcrete):
 
     def icdf(self, value):
         y = (self.logits + _numerics.logit(value)) / self.temperature
-        return self._attach(torch.sigmoid(y), y, Kind.LOGIT)
+        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
 
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
@@ -268,10 +259,11 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def rsample(self, sample_shape=torch.Size()):
-        return self._attach(self._sample_logit(sample_shape), None, Kind.REAL)
+        return carry.attach(self._sample_logit(sample_shape), None, Kind.REAL)
 
     def log_prob(self, value):
-        self._coordinates(value, (Kind.REAL,))  # validates any value but an own sample
+        if carry.scoring_coordinates(value, (Kind.REAL,)) is None:  # not an own sample
+            self._validate(value)
         return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
 
     def cdf(self, value):

@@ -17,7 +17,8 @@ from pyro.infer.reparam.reparam import Reparam
 
 from concrete_common.kinds import Kind
 
-from . import _carry, _numerics
+from . import _numerics
+from ._carry import carry
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 
 __all__ = ["LogSpaceReparam", "log_space_config"]
@@ -41,12 +42,12 @@ class LogSpaceReparam(Reparam):
 
         y = None
         if value is not None:  # an observed or initial value, in log space
-            y = _carry.recall(value, (kind,))
+            y = carry.recall(value, (kind,))
             y = coordinates(value) if y is None else y
         log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
         y = sample(f"{name}_{suffix}", self._wrap(log_space, event_dim), obs=y, infer={"is_observed": is_observed})
         if value is None:
-            value = _carry.attach(show(y), y, kind)
+            value = carry.attach(show(y), y, kind)
         # a pyro.deterministic() site
         return {"fn": dist.Delta(value, event_dim=event_dim).mask(False), "value": value, "is_observed": True}
 

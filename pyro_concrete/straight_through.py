@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from concrete_common.kinds import Kind
 
-from . import _carry, _numerics
+from . import _numerics
+from ._carry import carry
 from .distributions import BinConcrete, Concrete
 
 __all__ = ["ConcreteStraightThrough", "BinConcreteStraightThrough"]
@@ -27,7 +28,7 @@ def _straight_through(hard, relaxed):
 
 
 def _relaxed_coordinates(d, value, kind):
-    y = _carry.scoring_coordinates(value, (kind,))
+    y = carry.scoring_coordinates(value, (kind,))
     if y is None:
         raise ValueError(
             f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a view "
@@ -55,7 +56,7 @@ class ConcreteStraightThrough(Concrete):
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_log(sample_shape)
         hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
-        return self._attach(_straight_through(hard, torch.exp(y)), y, self._kind)
+        return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value):
         return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
@@ -78,7 +79,7 @@ class BinConcreteStraightThrough(BinConcrete):
     def rsample(self, sample_shape=torch.Size()):
         y = self._sample_logit(sample_shape)
         hard = (y > 0).to(y.dtype)
-        return self._attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
+        return carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
     def log_prob(self, value):
         return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)

@@ -14,8 +14,8 @@ from torch.distributions.transforms import Transform
 
 from concrete_common.kinds import Kind
 
-from . import _carry
 from . import constraints as concrete_constraints
+from ._carry import carry
 from ._numerics import log, log_softmax, logit
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
@@ -68,16 +68,16 @@ class SimplexTransform(_VectorTransform):
 
     def _call(self, u):
         y = _log_softmax_padded(u)
-        return _carry.attach(torch.exp(y), y, Kind.LOG)
+        return carry.attach(torch.exp(y), y, Kind.LOG)
 
     def _inverse(self, x):
-        y = _carry.recall(x, (Kind.LOG,))
+        y = carry.recall(x, (Kind.LOG,))
         if y is None:
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, u, x):
-        y = _carry.recall(x, (Kind.LOG,))
+        y = carry.recall(x, (Kind.LOG,))
         if y is None:
             y = _log_softmax_padded(u)
         return y.sum(-1)
@@ -96,10 +96,10 @@ class UnitIntervalTransform(Transform):
         return type(self) is type(other)
 
     def _call(self, u):
-        return _carry.attach(torch.sigmoid(u), u, Kind.LOGIT)
+        return carry.attach(torch.sigmoid(u), u, Kind.LOGIT)
 
     def _inverse(self, x):
-        y = _carry.recall(x, (Kind.LOGIT,))
+        y = carry.recall(x, (Kind.LOGIT,))
         return logit(x) if y is None else y
 
     def log_abs_det_jacobian(self, u, x):

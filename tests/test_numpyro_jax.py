@@ -334,3 +334,27 @@ def test_map_assignment_of_a_markov_chain_is_compiled_where_the_model_allows(bra
     assert branch_on_data == (not traced[-1])  # the fallback's last runs are eager, after the compiled attempt
     path = np.stack([np.asarray(decoded[f"z_{t}"]).argmax(-1) for t in range(steps)], 1)
     np.testing.assert_array_equal(path, _viterbi(np.asarray(data, np.float64), init, trans, emit))
+
+
+def test_clearing_the_carry_scores_an_own_sample_from_its_values():
+    """``carry.clear()`` forgets every sample, inside ``jit`` too: afterwards an underflowed own
+    sample is scored from its values, as a copy is (the density's boundary limit), where before it
+    was scored exactly."""
+    from numpyro_concrete._carry import carry
+
+    d = nc.Concrete(0.05, logits=jnp.linspace(-20, 20, 8), validate_args=False)
+
+    @jax.jit
+    def scores(key):
+        z = d.sample(key, (50,))
+        exact = d.log_prob(z)
+        carried = len(carry)
+        carry.clear()
+        return z, exact, d.log_prob(z), d.log_prob(z + 0.0), carried, len(carry)
+
+    z, exact, from_values, copy, carried, left = scores(KEY)
+    assert carried >= 1 and left == 0
+    underflowed = np.asarray((z == 0).any(-1))
+    assert underflowed.any() and np.isfinite(exact).all()
+    np.testing.assert_array_equal(from_values, copy)
+    assert not np.isfinite(np.asarray(from_values)[underflowed]).any()

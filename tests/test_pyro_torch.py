@@ -181,7 +181,7 @@ def test_log_prob_of_an_own_sample_is_differentiable_with_respect_to_the_sample(
     torch.testing.assert_close(by_sample, by_leaf, rtol=1e-9, atol=1e-9)
 
     (by_logits,) = torch.autograd.grad(d.log_prob(z).sum(), logits, retain_graph=True)
-    y = _carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
+    y = _carry.carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
     density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
     (expected,) = torch.autograd.grad(density(y, d.logits, d.temperature).sum(), logits)
     torch.testing.assert_close(by_logits, expected, rtol=1e-12, atol=1e-12)
@@ -199,7 +199,7 @@ def test_gradients_stay_exact_where_the_sample_underflowed(name):
     z = d.rsample((20,))
     relaxed = name.replace("StraightThrough", "")
     kind = ("straight_through_" if relaxed != name else "") + ("log" if relaxed == "Concrete" else "logit")
-    y = _carry.recall(z, (kind,))
+    y = _carry.carry.recall(z, (kind,))
     if relaxed == "Concrete":
         assert (torch.exp(y) == 0).any()
     else:
@@ -261,3 +261,22 @@ def test_infer_shapes_agrees_with_the_distribution(name):
         d = cls(torch.ones(temperature_shape), logits=torch.zeros(logits_shape))
         assert (batch_shape, event_shape) == (d.batch_shape, d.event_shape)
         assert cls.infer_shapes(temperature=temperature_shape, probs=logits_shape) == (d.batch_shape, d.event_shape)
+
+
+def test_clearing_the_carry_scores_an_own_sample_from_its_values():
+    """``carry.clear()`` forgets every sample: afterwards an underflowed own sample is scored from its
+    values, as a copy is (the density's boundary limit), where before it was scored exactly."""
+    from pyro_concrete._carry import carry
+
+    d = pc.Concrete(0.05, logits=torch.linspace(-20, 20, 8), validate_args=False)
+    torch.manual_seed(0)
+    z = d.rsample((50,))
+    assert (z == 0).any() and carry.recall(z, ("log",)) is not None and len(carry) >= 1
+    exact = d.log_prob(z)
+    assert torch.isfinite(exact).all()
+    carry.clear()
+    assert len(carry) == 0 and carry.recall(z, ("log",)) is None
+    from_values = d.log_prob(z)
+    assert torch.equal(from_values, d.log_prob(z.clone()))
+    underflowed = (z == 0).any(-1)
+    assert underflowed.any() and not torch.isfinite(from_values[underflowed]).any()
