@@ -168,6 +168,11 @@ class Concrete(_NaryConcrete):
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
         return OneHotCategorical(logits=self.logits, validate_args=self._validate_args)
 
+    def log_space(self):
+        """The log-space node of the same variable (appendix C.3): the :class:`ExpConcrete` of
+        ``log x``, with the same parameters."""
+        return ExpConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
+
 
 class ExpConcrete(_NaryConcrete):
     r"""ExpConcrete (paper appendix C.3): ``Y = log X`` for ``X ~ Concrete``, a point of log Δ.
@@ -276,6 +281,11 @@ class BinConcrete(_BinaryConcrete):
     def discrete(self):
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
         return Bernoulli(logits=self.logits, validate_args=self._validate_args)
+
+    def log_space(self):
+        """The logit-space node of the same variable (appendix C.3.2): the :class:`LogitBinConcrete`
+        of ``logit x``, with the same parameters."""
+        return LogitBinConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
 
 
 class LogitBinConcrete(_BinaryConcrete):

@@ -108,7 +108,7 @@ def _assignment(model, args, kwargs, params, given, temperature, rng_key, helper
             config_enumerate(swap), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature, rng_key=rng_key
         )
         trace = handlers.trace(decoded).get_trace(*args, **kwargs)
-        to_value = swap._to_value
+        to_value = swap.index_to_value
         return {
             site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
             for site in _sample_sites(trace)
@@ -166,7 +166,7 @@ class Predictive(numpyro.infer.Predictive):
         samples = super().__call__(rng_key, *args, **kwargs)
         if self._swap is None:
             return samples
-        to_value = self._swap._to_value  # filled while the swapped model ran
+        to_value = self._swap.index_to_value  # filled while the swapped model ran
         return {name: to_value[name](value) if name in to_value else value for name, value in samples.items()}
 
 

@@ -108,12 +108,16 @@ class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/``ExpandedDistribution`` wrappers; observed sites, scale, subsampling and
-    plates are left alone. See :func:`discrete`."""
+    plates are left alone. See :func:`discrete`.
+
+    In enumerate mode a site is enumerated as an index; ``index_to_value`` maps each such site's
+    name to the function from its index to its value in the site's own sample space (filled as the
+    model runs)."""
 
     def __init__(self, fn=None, mode="sample", sites=None):
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
-        self._to_value = {}
+        self.index_to_value = {}
         super().__init__(fn)
 
     def _check_handler_order(self, name):
@@ -142,7 +146,7 @@ class DiscreteMessenger(Messenger):
                     "whose joint support is a cartesian product; declare the independent variables with a "
                     "numpyro.plate instead of .to_event() to enumerate them"
                 )
-            index_dist, self._to_value[msg["name"]] = _index_distribution(base)
+            index_dist, self.index_to_value[msg["name"]] = _index_distribution(base)
             # an enumerated site's values are summed out with their prior masses; a mask applies
             # to the rest of the model (NumPyro's TraceEnum_ELBO drops it here too)
             wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
@@ -156,7 +160,7 @@ class DiscreteMessenger(Messenger):
 
     def postprocess_message(self, msg):
         # runs after the outer trace has copied the (index distribution, index) pair
-        to_value = self._to_value.get(msg["name"]) if msg["type"] == "sample" else None
+        to_value = self.index_to_value.get(msg["name"]) if msg["type"] == "sample" else None
         if to_value is not None:
             msg["value"] = to_value(msg["value"])
 

@@ -19,7 +19,7 @@ from concrete_common.kinds import Kind
 
 from . import _numerics
 from ._carry import carry
-from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .distributions import BinConcrete, Concrete
 
 __all__ = ["LogSpaceReparam", "log_space_config"]
 
@@ -30,9 +30,9 @@ class LogSpaceReparam(Reparam):
     def __call__(self, name, fn, obs):
         fn, expand_shape, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
-            node, suffix, kind, show, coordinates = ExpConcrete, "log", Kind.LOG, jnp.exp, _numerics.log
+            suffix, kind, show, coordinates = "log", Kind.LOG, jnp.exp, _numerics.log
         elif type(fn) is BinConcrete:
-            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", Kind.LOGIT, jax.nn.sigmoid, _numerics.logit
+            suffix, kind, show, coordinates = "logit", Kind.LOGIT, jax.nn.sigmoid, _numerics.logit
         else:
             raise ValueError(
                 f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
@@ -43,8 +43,7 @@ class LogSpaceReparam(Reparam):
         if obs is not None:  # an observed value, in log space
             y = carry.recall(obs, (kind,))
             y = coordinates(obs) if y is None else y
-        log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
-        y = numpyro.sample(f"{name}_{suffix}", self._wrap(log_space, expand_shape, event_dim), obs=y)
+        y = numpyro.sample(f"{name}_{suffix}", self._wrap(fn.log_space(), expand_shape, event_dim), obs=y)
         value = carry.attach(show(y), y, kind) if obs is None else obs
         return None, value  # a deterministic site
 

@@ -145,7 +145,7 @@ def _assignment(model, args, kwargs, params, given, temperature, helper):
             config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature
         )
         trace = poutine.trace(decoded).get_trace(*args, **kwargs)
-    to_value = swap._to_value
+    to_value = swap.index_to_value
     return {
         site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
         for site in _sample_sites(trace)

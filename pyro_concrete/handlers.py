@@ -101,12 +101,16 @@ class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/expand wrappers; observed sites, scale, subsampling and plates are left
-    alone. See :func:`discrete`."""
+    alone. See :func:`discrete`.
+
+    In enumerate mode a site is enumerated as an index; ``index_to_value`` maps each such site's
+    name to the function from its index to its value in the site's own sample space (filled as the
+    model runs)."""
 
     def __init__(self, mode="sample", sites=None):
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
-        self._to_value = {}
+        self.index_to_value = {}
         super().__init__()
 
     def _check_handler_order(self, name):
@@ -135,7 +139,7 @@ class DiscreteMessenger(Messenger):
                     "whose joint support is a cartesian product; declare the independent variables with a "
                     "pyro.plate instead of .to_event() to enumerate them"
                 )
-            index_dist, self._to_value[msg["name"]] = _index_distribution(base)
+            index_dist, self.index_to_value[msg["name"]] = _index_distribution(base)
             # an enumerated site's values are summed out with their prior masses; a mask applies
             # to the rest of the model (as NumPyro's TraceEnum_ELBO does; Pyro's would weight the
             # values of a masked-out data point equally and add log K)
@@ -151,7 +155,7 @@ class DiscreteMessenger(Messenger):
 
     def _pyro_post_sample(self, msg):
         # runs after the outer trace has copied the (index distribution, index) pair
-        to_value = self._to_value.get(msg["name"])
+        to_value = self.index_to_value.get(msg["name"])
         if to_value is not None:
             msg["value"] = to_value(msg["value"])
 

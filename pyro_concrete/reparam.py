@@ -19,7 +19,7 @@ from concrete_common.kinds import Kind
 
 from . import _numerics
 from ._carry import carry
-from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .distributions import BinConcrete, Concrete
 
 __all__ = ["LogSpaceReparam", "log_space_config"]
 
@@ -31,9 +31,9 @@ class LogSpaceReparam(Reparam):
         name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
         fn, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
-            node, suffix, kind, show, coordinates = ExpConcrete, "log", Kind.LOG, torch.exp, _numerics.log
+            suffix, kind, show, coordinates = "log", Kind.LOG, torch.exp, _numerics.log
         elif type(fn) is BinConcrete:
-            node, suffix, kind, show, coordinates = LogitBinConcrete, "logit", Kind.LOGIT, torch.sigmoid, _numerics.logit
+            suffix, kind, show, coordinates = "logit", Kind.LOGIT, torch.sigmoid, _numerics.logit
         else:
             raise ValueError(
                 f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
@@ -44,8 +44,7 @@ class LogSpaceReparam(Reparam):
         if value is not None:  # an observed or initial value, in log space
             y = carry.recall(value, (kind,))
             y = coordinates(value) if y is None else y
-        log_space = node(fn.temperature, logits=fn.logits, validate_args=fn._validate_args)
-        y = sample(f"{name}_{suffix}", self._wrap(log_space, event_dim), obs=y, infer={"is_observed": is_observed})
+        y = sample(f"{name}_{suffix}", self._wrap(fn.log_space(), event_dim), obs=y, infer={"is_observed": is_observed})
         if value is None:
             value = carry.attach(show(y), y, kind)
         # a pyro.deterministic() site

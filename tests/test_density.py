@@ -148,3 +148,16 @@ def test_icdf_at_zero_and_one_is_the_support_boundary(backend, name):
     low, high = (0.0, 1.0) if name == "BinConcrete" else (-np.inf, np.inf)
     np.testing.assert_array_equal(backend.numpy(d.icdf(backend.array(np.zeros(3)))), low)
     np.testing.assert_array_equal(backend.numpy(d.icdf(backend.array(np.ones(3)))), high)
+
+
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("Concrete", "BinConcrete")], ids=str)
+def test_log_space_is_the_node_of_the_same_variable(backend, case, validate):
+    """``Concrete.log_space()`` is the ExpConcrete (``BinConcrete``'s the LogitBinConcrete) with the
+    same parameters and validation: the density of the same points as one built directly."""
+    node = case.make(backend, validate_args=validate).log_space()
+    node_name = "ExpConcrete" if case.n_ary else "LogitBinConcrete"
+    assert type(node).__name__ == node_name and node._validate_args is validate
+    direct = Case(node_name, case.temperature, case.logits)
+    y = backend.array(direct.points(20))
+    assert_close(backend.numpy(node.log_prob(y)), backend.numpy(direct.make(backend).log_prob(y)), "float64", rtol=1e-12)
