@@ -2,12 +2,14 @@
 
 Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
 does not broadcast with the batch shape, a boolean temperature) are always errors, inside ``jit``
-too. Checks that read parameter values (NaN, infinities, temperatures <= 0, probabilities,
-logits beyond :func:`logits_bounds`) run when validation is on (NumPyro's switch,
+too. Checks that read parameter values run when validation is on (NumPyro's switch,
 ``numpyro.enable_validation()``, or ``validate_args=True``) on every input whose values can be
 read: Python numbers, NumPy arrays and concrete JAX arrays, inside ``jit`` too (they are checked
 before conversion); a traced input (a function argument under ``jit``/``grad``/``vmap``) cannot be
-read. A Python-number temperature is always checked since that costs nothing.
+read. A Python-number temperature is always checked since that costs nothing. They decide with the
+distributions' ``arg_constraints`` (``constraints.py``: positive finite temperatures, resolvable
+logits, positive probabilities) and add the reason to the error, plus the one condition that ties
+two parameters: |logits| / temperature within ``concrete_common.floats.logits_bounds``.
 """
 
 import math
@@ -18,9 +20,17 @@ import numpy as np
 from numpyro.distributions import Distribution
 from numpyro.util import not_jax_tracer
 
+from concrete_common.floats import logits_bounds
 from concrete_common.messages import bound_message, boundary_probs_message, fail
 
-from .constraints import simplex_tolerance
+from .constraints import (
+    open_unit_interval,
+    positive_finite,
+    positive_simplex,
+    resolvable_real,
+    resolvable_real_vector,
+    simplex_tolerance,
+)
 
 
 def validation_enabled(validate_args):
@@ -45,71 +55,67 @@ def _check_not_bool(cls_name, name, x):
         fail(cls_name, f"{name} must be a number or a floating-point array, got the boolean {x!r}")
 
 
-def _check_values(cls_name, name, x, low_open=None, high_open=None):
-    x = _readable(x)
-    if x is None:
-        return
+def _explain(cls_name, name, x, constraint, low_open=None):
+    """Raises the ValueError that says why ``x`` (a NumPy array) fails ``constraint`` (validation
+    decided it does)."""
     if np.isnan(x).any():
         fail(cls_name, f"{name} contains NaN")
     if np.isinf(x).any():
         fail(cls_name, f"{name} must be finite, found {x[np.isinf(x)].flatten()[0]}")
     if low_open is not None and (x <= low_open).any():
         fail(cls_name, f"{name} must be > {low_open}, found {x.min():g}")
-    if high_open is not None and (x >= high_open).any():
-        fail(cls_name, f"{name} must be < {high_open}, found {x.max():g}")
+    fail(cls_name, f"{name} must satisfy {constraint}")
 
 
-def logits_bounds(dtype):
-    """(largest |logits|, largest |logits| / temperature) accepted under validation.
-
-    A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
-    logits + noise approaches it the noise is lost and the samples and their densities are wrong
-    (float32 logits of 1e6, or of 1e9, a common mask, give wrong densities), so |logits| must stay
-    below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
-    |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
-    sums of K coordinates and their products with another temperature stay finite."""
-    info = jnp.finfo(dtype)
-    return 2.0 ** (-math.log2(float(info.eps)) - 9), math.sqrt(float(info.max))
+def _check_temperature(cls_name, temperature):
+    temperature = _readable(temperature)
+    if temperature is not None and not np.all(positive_finite(temperature)):
+        _explain(cls_name, "temperature", temperature, positive_finite, low_open=0.0)
 
 
-def _check_logits(cls_name, logits, temperature, dtype):
-    """Finite logits within :func:`logits_bounds` in ``dtype``."""
+def _check_logits(cls_name, logits, temperature, categorical, dtype):
+    """Logits (in ``dtype``) that satisfy ``resolvable_real(_vector)``, and |logits| / temperature
+    within ``logits_bounds``' second bound."""
     logits = _readable(logits)
     if logits is None or logits.size == 0:
         return
     with np.errstate(over="ignore"):
         logits = logits.astype(dtype)  # as the distribution will hold them
-    _check_values(cls_name, "logits", logits)
+    constraint = resolvable_real_vector if categorical else resolvable_real
     temperature = _readable(temperature)
-    largest = float(np.abs(logits).max())
+    largest = float(np.abs(logits).max())  # NaN if any is NaN
     coldest = float(temperature.min()) if temperature is not None and temperature.size else math.inf
-    magnitude, ratio = logits_bounds(dtype)
-    if not (largest <= magnitude and largest <= ratio * coldest):
-        fail(cls_name, bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
+    info = jnp.finfo(dtype)
+    magnitude, ratio = logits_bounds(float(info.eps), float(info.max))
+    if np.all(constraint(logits)) and largest <= ratio * coldest:
+        return
+    if not math.isfinite(largest):
+        _explain(cls_name, "logits", logits, constraint)
+    fail(cls_name, bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
 
 
 def _check_probs(cls_name, probs, categorical, dtype):
     probs = _readable(probs)
-    if probs is None:
+    constraint = positive_simplex if categorical else open_unit_interval
+    if probs is None or (categorical and not probs.ndim) or np.all(constraint(probs.astype(dtype))):
         return
     if np.isnan(probs).any():
         fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():
         fail(cls_name, f"probs must lie in [0, 1], found values in [{probs.min():g}, {probs.max():g}]")
-    if categorical and probs.ndim:
+    if categorical:
         error = np.abs(probs.sum(-1) - 1).max()
         if error > simplex_tolerance(np.zeros(probs.shape[-1:], dtype)):
             fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
     # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
-    if (probs == 0).any() or (not categorical and (probs == 1).any()):
-        fail(cls_name, boundary_probs_message(categorical))
+    fail(cls_name, boundary_probs_message(categorical))
 
 
 def _validate_inputs(cls_name, temperature, logits, probs, categorical, dtype):
     """The value checks, on the parameters as given -- before they become JAX arrays, which inside
     ``jit`` would be tracers even for NumPy inputs -- each skipped for an input that is a tracer."""
     if not isinstance(temperature, numbers.Real):
-        _check_values(cls_name, "temperature", temperature, low_open=0.0)
+        _check_temperature(cls_name, temperature)
     if probs is not None:
         _check_probs(cls_name, probs, categorical, dtype)
         probs = _readable(probs)
@@ -117,7 +123,7 @@ def _validate_inputs(cls_name, temperature, logits, probs, categorical, dtype):
             return
         with np.errstate(divide="ignore"):
             logits = np.log(probs) if categorical else np.log(probs) - np.log1p(-probs)
-    _check_logits(cls_name, logits, temperature, dtype)
+    _check_logits(cls_name, logits, temperature, categorical, dtype)
 
 
 def promote_params(cls_name, temperature, logits, probs, event_dim, validate):

@@ -1,26 +1,45 @@
-"""Supports of the Concrete family and of its zero-temperature limits.
+"""Supports of the Concrete family and of its zero-temperature limits, and the constraints on its
+parameters (``arg_constraints``), which validation checks.
 
 Float samples round: a float32 Concrete sample sums to 1 only up to a few ulps, and a BinConcrete
 sample can be exactly 0 or 1. The checks below accept what a correct float computation produces
 (tolerances from the dtype) and reject everything else; NumPyro's ``simplex`` (tolerance 1e-6)
 rejects float32 Concrete samples with many categories.
+
+The parameter constraints say exactly what validation accepts (``_checks`` decides with them and
+only adds the reason to the error): a positive finite temperature, logits the dtype resolves,
+probabilities strictly positive (n-ary: summing to 1 within the simplex tolerance; binary: strictly
+inside (0, 1)), Hard Concrete's finite stretch ends. One condition ties two parameters and is
+checked beside them: |logits| / temperature at most ``concrete_common.floats.logits_bounds``' second
+bound (the sample's coordinates must stay finite). Like NumPyro's own constraints they check NumPy
+inputs with NumPy and JAX arrays with JAX.
 """
 
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
-__all__ = ["log_simplex", "simplex", "unit_interval", "real", "one_hot", "log_one_hot", "plus_minus_infinity"]
+from concrete_common import floats
+
+__all__ = [
+    "log_simplex", "simplex", "unit_interval", "real", "one_hot", "log_one_hot", "plus_minus_infinity",
+    "positive_finite", "resolvable_real", "resolvable_real_vector", "positive_simplex", "open_unit_interval",
+    "finite_less_than", "finite_greater_than",
+]
 
 
 def simplex_tolerance(value):
-    """How far a correctly computed point of the simplex of ``value``'s dtype may be from it:
-    |Σ x - 1| and |logsumexp y| stay within a few ulps, growing with log K through the summation."""
-    num_categories = max(jnp.shape(value)[-1], 2)
-    return 16 * float(jnp.finfo(jnp.result_type(value)).eps) * (1 + math.log2(num_categories))
+    """How far a correctly computed point of the simplex of ``value``'s dtype may be from it."""
+    return floats.simplex_tolerance(float(jnp.finfo(jnp.result_type(value)).eps), jnp.shape(value)[-1])
+
+
+def _namespace(x):
+    """NumPy for NumPy inputs and numbers, JAX for JAX arrays (NumPyro's own constraints' rule)."""
+    return jnp if isinstance(x, jax.Array) else np
 
 
 @jax.jit
@@ -131,6 +150,91 @@ class _PlusMinusInfinity(constraints._SingletonConstraint):
         return "PlusMinusInfinity()"
 
 
+# ----------------------------------------------------------------------------- parameters
+
+
+class _PositiveFinite(constraints._Positive):
+    """(0, inf), a temperature: positive and finite (NumPyro's ``positive`` admits +inf)."""
+
+    def __call__(self, x):
+        xp = _namespace(x)
+        return (x > 0) & xp.isfinite(x)
+
+    def __repr__(self):
+        return "PositiveFinite()"
+
+
+class _ResolvableReal(constraints._SingletonConstraint):
+    """Logits the dtype resolves against the sampler's noise: finite, with |x| at most the first of
+    ``concrete_common.floats.logits_bounds`` (16384 in float32, 8.8e12 in float64)."""
+
+    event_dim = 0
+
+    @staticmethod
+    def bound(dtype):
+        info = jnp.finfo(dtype)
+        return floats.logits_bounds(float(info.eps), float(info.max))[0]
+
+    def __call__(self, x):
+        xp = _namespace(x)
+        ok = xp.abs(x) <= self.bound(xp.result_type(x))  # False for NaN and infinities
+        return ok.all(-1) if self.event_dim else ok
+
+    def feasible_like(self, prototype):
+        return jnp.zeros_like(prototype)
+
+    def __repr__(self):
+        return "ResolvableReal()"
+
+
+class _ResolvableRealVector(_ResolvableReal):
+    """Vectors of logits, each entry resolvable (:class:`_ResolvableReal`)."""
+
+    event_dim = 1
+
+    def __repr__(self):
+        return "ResolvableRealVector()"
+
+
+class _PositiveSimplex(constraints._Simplex):
+    """Probabilities of a categorical: positive entries summing to 1 within the simplex tolerance
+    (one may round to 1 beside positive ones: a float vector of finite logits)."""
+
+    def __call__(self, x):
+        xp = _namespace(x)
+        return (x > 0).all(-1) & (xp.abs(x.sum(-1) - 1) <= simplex_tolerance(x))
+
+    def __repr__(self):
+        return "PositiveSimplex()"
+
+
+class _OpenUnitInterval(constraints._SingletonConstraint):
+    """(0, 1), endpoints excluded: a binary probability (0 and 1 are infinite logits)."""
+
+    def __call__(self, x):
+        return (x > 0) & (x < 1)
+
+    def feasible_like(self, prototype):
+        return jnp.full_like(prototype, 0.5)
+
+    def __repr__(self):
+        return "OpenUnitInterval()"
+
+
+class _FiniteLessThan(constraints._LessThan):
+    """(-inf, upper_bound), finite: Hard Concrete's lower stretch end."""
+
+    def __call__(self, x):
+        return (x < self.upper_bound) & _namespace(x).isfinite(x)
+
+
+class _FiniteGreaterThan(constraints._GreaterThan):
+    """(lower_bound, inf), finite: Hard Concrete's upper stretch end."""
+
+    def __call__(self, x):
+        return (x > self.lower_bound) & _namespace(x).isfinite(x)
+
+
 log_simplex = _LogSimplex()
 simplex = _Simplex()
 unit_interval = _UnitInterval()
@@ -138,3 +242,10 @@ real = _Real()
 one_hot = _OneHot()
 log_one_hot = _LogOneHot()
 plus_minus_infinity = _PlusMinusInfinity()
+positive_finite = _PositiveFinite()
+resolvable_real = _ResolvableReal()
+resolvable_real_vector = _ResolvableRealVector()
+positive_simplex = _PositiveSimplex()
+open_unit_interval = _OpenUnitInterval()
+finite_less_than = _FiniteLessThan
+finite_greater_than = _FiniteGreaterThan

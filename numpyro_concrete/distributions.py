@@ -8,7 +8,7 @@ number or an array whose shape broadcasts with the batch shape and is part of it
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.distributions import Distribution, constraints
+from numpyro.distributions import Distribution
 from numpyro.distributions.util import lazy_property
 from numpyro.util import not_jax_tracer
 
@@ -102,9 +102,9 @@ class _ConcreteFamily(ValidatedValues, Distribution):
 
 class _NaryConcrete(_ConcreteFamily):
     arg_constraints = {
-        "temperature": constraints.positive,
-        "logits": constraints.real_vector,
-        "probs": constraints.simplex,
+        "temperature": concrete_constraints.positive_finite,
+        "logits": concrete_constraints.resolvable_real_vector,
+        "probs": concrete_constraints.positive_simplex,
     }
     _event_dim = 1
 
@@ -215,9 +215,9 @@ class ExpConcrete(_NaryConcrete):
 
 class _BinaryConcrete(_ConcreteFamily):
     arg_constraints = {
-        "temperature": constraints.positive,
-        "logits": constraints.real,
-        "probs": constraints.unit_interval,
+        "temperature": concrete_constraints.positive_finite,
+        "logits": concrete_constraints.resolvable_real,
+        "probs": concrete_constraints.open_unit_interval,
     }
     _event_dim = 0
 

@@ -12,6 +12,7 @@ from numpyro.util import not_jax_tracer
 from concrete_common import stretch
 
 from . import _numerics
+from . import constraints as concrete_constraints
 from .limits import Bernoulli
 from .distributions import _BinaryConcrete
 
@@ -97,8 +98,8 @@ class HardConcrete(_BinaryConcrete):
 
     arg_constraints = {
         **_BinaryConcrete.arg_constraints,
-        "low": constraints.less_than(0.0),
-        "high": constraints.greater_than(1.0),
+        "low": concrete_constraints.finite_less_than(0.0),
+        "high": concrete_constraints.finite_greater_than(1.0),
     }
     reparametrized_params = _BinaryConcrete.reparametrized_params + ["low", "high"]
     support = constraints.unit_interval

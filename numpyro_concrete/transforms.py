@@ -101,3 +101,16 @@ biject_to.register(concrete_constraints.log_simplex, lambda constraint: LogSimpl
 biject_to.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
 biject_to.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())
 biject_to.register(concrete_constraints.real, lambda constraint: IdentityTransform())
+# the parameter constraints (a learnable parameter declared with one of them): the host's bijection
+# onto the host's constraint they narrow, whose values meet them up to rounding
+biject_to.register(type(concrete_constraints.positive_finite), lambda constraint: biject_to(constraints.positive))
+biject_to.register(type(concrete_constraints.resolvable_real), lambda constraint: IdentityTransform())
+biject_to.register(type(concrete_constraints.resolvable_real_vector), lambda constraint: biject_to(constraints.real_vector))
+biject_to.register(type(concrete_constraints.positive_simplex), lambda constraint: SimplexTransform())
+biject_to.register(type(concrete_constraints.open_unit_interval), lambda constraint: UnitIntervalTransform())
+biject_to.register(
+    concrete_constraints.finite_less_than, lambda constraint: biject_to(constraints.less_than(constraint.upper_bound))
+)
+biject_to.register(
+    concrete_constraints.finite_greater_than, lambda constraint: biject_to(constraints.greater_than(constraint.lower_bound))
+)

@@ -2,9 +2,11 @@
 
 Structural problems (both or neither of logits/probs, too few categories, a temperature shape that
 does not broadcast with the batch shape, a boolean temperature) are always errors. Checks that read
-parameter values (NaN, infinities, temperatures <= 0, probabilities, |logits| / temperature beyond
-:func:`logits_bounds`) run when validation is on, which Pyro makes the default; a Python-number
-temperature is always checked since that costs nothing.
+parameter values run when validation is on, which Pyro makes the default; a Python-number
+temperature is always checked since that costs nothing. They decide with the distributions'
+``arg_constraints`` (``constraints.py``: positive finite temperatures, resolvable logits, positive
+probabilities) and add the reason to the error, plus the one condition that ties two parameters:
+|logits| / temperature within ``concrete_common.floats.logits_bounds``.
 """
 
 import math
@@ -13,10 +15,18 @@ import numbers
 import torch
 from torch.distributions import Distribution
 
+from concrete_common.floats import logits_bounds
 from concrete_common.messages import bound_message, boundary_probs_message, fail
 
 from ._tracing import quiet_under_trace
-from .constraints import simplex_tolerance
+from .constraints import (
+    open_unit_interval,
+    positive_finite,
+    positive_simplex,
+    resolvable_real,
+    resolvable_real_vector,
+    simplex_tolerance,
+)
 
 
 def validation_enabled(validate_args):
@@ -31,19 +41,15 @@ def _as_float_tensor(x, dtype=None):
     return x
 
 
-def _check_values(cls_name, name, x, low_open=None, high_open=None):
-    # one reduction in the common case: a finite sum means every entry is finite (a NaN or an
-    # infinity makes the sum NaN or infinite); only otherwise (or on overflow) look closer
-    if low_open is None and high_open is None and bool(torch.isfinite(x.sum())):
-        return
+def _explain(cls_name, name, x, constraint, low_open=None):
+    """Raises the ValueError that says why ``x`` fails ``constraint`` (validation decided it does)."""
     if torch.isnan(x).any():
         fail(cls_name, f"{name} contains NaN")
     if torch.isinf(x).any():
         fail(cls_name, f"{name} must be finite, found {x[torch.isinf(x)].flatten()[0].item()}")
     if low_open is not None and (x <= low_open).any():
         fail(cls_name, f"{name} must be > {low_open}, found {x.min().item():g}")
-    if high_open is not None and (x >= high_open).any():
-        fail(cls_name, f"{name} must be < {high_open}, found {x.max().item():g}")
+    fail(cls_name, f"{name} must satisfy {constraint}")
 
 
 def _check_not_bool(cls_name, name, x):
@@ -51,34 +57,31 @@ def _check_not_bool(cls_name, name, x):
         fail(cls_name, f"{name} must be a number or a floating-point tensor, got the boolean {x!r}")
 
 
-def logits_bounds(dtype):
-    """(largest |logits|, largest |logits| / temperature) accepted under validation.
-
-    A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
-    logits + noise approaches it the noise is lost and the samples and their densities are wrong
-    (float32 logits of 1e6, or of 1e9, a common mask, give wrong densities), so |logits| must stay
-    below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
-    |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
-    sums of K coordinates and their products with another temperature stay finite."""
-    info = torch.finfo(dtype)
-    return 2.0 ** (-math.log2(info.eps) - 9), math.sqrt(info.max)
+def _check_temperature(cls_name, temperature):
+    if not bool(positive_finite.check(temperature).all()):
+        _explain(cls_name, "temperature", temperature, positive_finite, low_open=0.0)
 
 
-def _check_logits(cls_name, logits, temperature):
-    """Finite logits within :func:`logits_bounds` (one reduction)."""
-    if logits.numel() == 0:
-        return
-    largest = torch.stack(torch.aminmax(logits.detach())).abs().max().item()  # NaN if any is NaN
+def _check_logits(cls_name, logits, temperature, categorical):
+    """Logits that satisfy ``resolvable_real(_vector)`` (one reduction: its largest |logit| against its
+    bound), and |logits| / temperature within ``logits_bounds``' second bound."""
+    constraint = resolvable_real_vector if categorical else resolvable_real
+    largest = constraint.largest(logits)  # NaN if any is NaN
     coldest = temperature.detach().amin().item() if temperature.numel() else 1.0
-    magnitude, ratio = logits_bounds(logits.dtype)
-    if largest <= magnitude and largest <= ratio * coldest:
+    info = torch.finfo(logits.dtype)
+    magnitude, ratio = logits_bounds(info.eps, info.max)
+    if largest <= constraint.bound(logits.dtype) and largest <= ratio * coldest:  # constraint.check, one reduction
         return
-    _check_values(cls_name, "logits", logits)  # names NaN or an infinity
+    if not math.isfinite(largest):
+        _explain(cls_name, "logits", logits, constraint)
     dtype = str(logits.dtype).replace("torch.", "")
     fail(cls_name, bound_message(largest, coldest, magnitude, ratio, dtype))
 
 
 def _check_probs(cls_name, probs, categorical):
+    constraint = positive_simplex if categorical else open_unit_interval
+    if bool(constraint.check(probs).all()):
+        return
     if torch.isnan(probs).any():
         fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():
@@ -88,8 +91,7 @@ def _check_probs(cls_name, probs, categorical):
         if error > simplex_tolerance(probs):
             fail(cls_name, f"probs must sum to 1 along the last axis, found a sum off by {error:g}")
     # a categorical probability of 1.0 beside positive ones is a rounded float vector, finite logits
-    if (probs == 0).any() or (not categorical and (probs == 1).any()):
-        fail(cls_name, boundary_probs_message(categorical))
+    fail(cls_name, boundary_probs_message(categorical))
 
 
 @quiet_under_trace
@@ -127,13 +129,13 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
         if validate:
-            _check_values(cls_name, "temperature", temperature, low_open=0.0)
+            _check_temperature(cls_name, temperature)
         dtype = torch.promote_types(temperature.dtype, logits.dtype)
         temperature, logits = temperature.to(dtype), logits.to(dtype)
         probs = None if probs is None else probs.to(dtype)
 
     if validate:
-        _check_logits(cls_name, logits, temperature)
+        _check_logits(cls_name, logits, temperature, categorical)
 
     param_batch_shape = logits.shape[:-1] if categorical else logits.shape
     try:  # torch.broadcast_shapes costs more than the rest of a small distribution's construction

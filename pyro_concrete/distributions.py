@@ -7,7 +7,6 @@ number or a tensor whose shape broadcasts with the batch shape and is part of it
 
 import torch
 from pyro.distributions import TorchDistribution
-from torch.distributions import constraints
 from torch.distributions.utils import lazy_property
 
 from concrete_common.kinds import Kind
@@ -66,9 +65,9 @@ class _ConcreteFamily(TorchDistribution):
 
 class _NaryConcrete(_ConcreteFamily):
     arg_constraints = {
-        "temperature": constraints.positive,
-        "logits": constraints.real_vector,
-        "probs": constraints.simplex,
+        "temperature": concrete_constraints.positive_finite,
+        "logits": concrete_constraints.resolvable_real_vector,
+        "probs": concrete_constraints.positive_simplex,
     }
     _event_dim = 1
 
@@ -178,9 +177,9 @@ class ExpConcrete(_NaryConcrete):
 
 class _BinaryConcrete(_ConcreteFamily):
     arg_constraints = {
-        "temperature": constraints.positive,
-        "logits": constraints.real,
-        "probs": constraints.unit_interval,
+        "temperature": concrete_constraints.positive_finite,
+        "logits": concrete_constraints.resolvable_real,
+        "probs": concrete_constraints.open_unit_interval,
     }
     _event_dim = 0
 

@@ -110,3 +110,17 @@ for _registry in (biject_to, transform_to):
     _registry.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
     _registry.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
     _registry.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())
+    # the parameter constraints (a learnable parameter declared with one of them): the host's bijection
+    # onto the host's constraint they narrow, whose values meet them up to rounding
+    _registry.register(concrete_constraints.positive_finite, lambda constraint, r=_registry: r(constraints.positive))
+    _registry.register(concrete_constraints.resolvable_real, lambda constraint, r=_registry: r(constraints.real))
+    _registry.register(concrete_constraints.resolvable_real_vector, lambda constraint, r=_registry: r(constraints.real_vector))
+    _registry.register(concrete_constraints.positive_simplex, lambda constraint: SimplexTransform())
+    _registry.register(concrete_constraints.open_unit_interval, lambda constraint: UnitIntervalTransform())
+    _registry.register(
+        concrete_constraints.finite_less_than, lambda constraint, r=_registry: r(constraints.less_than(constraint.upper_bound))
+    )
+    _registry.register(
+        concrete_constraints.finite_greater_than,
+        lambda constraint, r=_registry: r(constraints.greater_than(constraint.lower_bound)),
+    )

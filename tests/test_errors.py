@@ -180,3 +180,51 @@ def test_discrete_data_under_a_relaxed_site_raises_naming_the_discrete_counterpa
     masses = backend.numpy(d.discrete().log_prob(backend.array(values[1])))
     expected = np.log(np.exp(logits) / np.exp(logits).sum())[1] if name == "Concrete" else np.log(1 / (1 + np.exp(-logits * [1, -1])))
     np.testing.assert_allclose(masses, expected, rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- arg_constraints are what is checked
+
+F32_BOUND = 2.0**14  # concrete_common.floats.logits_bounds in float32
+# {parameter: (valid values, invalid values)} in float32, each beside valid other parameters (logits of
+# magnitude <= 1, temperatures >= 1e-10: the ratio bound, which ties two parameters, is not reached)
+CONSTRAINT_VALUES = {
+    "temperature": ([0.5, 1e-10, 1e30], [0.0, -1.0, np.inf, np.nan]),
+    "logits": ([0.0, -1.0, F32_BOUND, -F32_BOUND], [2 * F32_BOUND, np.inf, -np.inf, np.nan]),
+    "probs": ([(0.2, 0.3, 0.5), (1.0, 4e-17, 1e-18)], [(0.0, 0.5, 0.5), (0.2, 0.3, 0.6), (np.nan, 0.5, 0.5), (-0.1, 0.6, 0.5)]),
+    "binary probs": ([0.5, 1e-30, 1 - 1e-7], [0.0, 1.0, 1.5, np.nan]),
+    "low": ([-0.1, -1e30], [0.0, 0.5, -np.inf, np.nan]),
+    "high": ([1.1, 1e30], [1.0, 0.5, np.inf, np.nan]),
+}
+
+
+@pytest.mark.parametrize("name", NAMES + ("HardConcrete",))
+def test_arg_constraints_say_what_validation_checks(backend, name):
+    """For every parameter of every class, ``arg_constraints[parameter].check`` holds for the valid
+    values and fails for the invalid ones, and construction under validation raises a ValueError
+    exactly for the invalid ones (issue 14: the constraints a host's tools read are the ones applied);
+    the bijection registered for each maps onto it."""
+    n_ary = name in N_ARY
+    good = {"temperature": 0.5, "logits": np.array([0.2, -0.3, 1.0]) if n_ary else np.array(0.2)}
+    parameters = ["temperature", "logits", "probs"] + (["low", "high"] if name == "HardConcrete" else [])
+    for parameter in parameters:
+        valid, invalid = CONSTRAINT_VALUES["binary probs" if parameter == "probs" and not n_ary else parameter]
+        for value, ok in [(v, True) for v in valid] + [(v, False) for v in invalid]:
+            value = np.array(value, dtype=np.float64)
+            if parameter == "logits" and n_ary:
+                value = np.array([value, 0.0, 0.5])
+            arguments = {**good, parameter: value} if parameter != "probs" else {"temperature": 0.5, "logits": None, "probs": value}
+            constraint = backend.make(name, 0.5, logits=good["logits"], dtype="float32").arg_constraints[parameter]
+            holds = bool(np.all(backend.numpy(constraint.check(backend.array(value, "float32")))))
+            try:
+                backend.make(name, dtype="float32", validate_args=True, **arguments)
+                raised = False
+            except ValueError:
+                raised = True
+            assert holds == ok and raised != ok, f"{name} {parameter}={value}: {constraint} holds={holds}, raised={raised}"
+        unconstrained = np.array([[-3.0, 0.0, 2.5], [1.0, -1.0, 0.5]])
+        if parameter == "logits" or (parameter == "probs" and n_ary):
+            unconstrained = unconstrained[:, :2]  # R^(K-1) onto the simplex / into vectors of logits
+        if parameter == "logits" and not n_ary:
+            unconstrained = unconstrained[:, 0]
+        mapped = backend.biject_to(constraint)(backend.array(unconstrained, "float32"))
+        assert np.all(backend.numpy(constraint.check(mapped))), (name, parameter)

@@ -1,0 +1,22 @@
+"""What a float dtype resolves, from its machine epsilon and largest value (plain numbers): the
+tolerance of the simplex checks and the bounds on logits. Both packages' constraints read these."""
+
+import math
+
+
+def simplex_tolerance(eps, num_categories):
+    """How far a correctly computed point of the simplex may be from it: |Σ x - 1| and
+    |logsumexp y| stay within a few ulps, growing with log K through the summation."""
+    return 16 * eps * (1 + math.log2(max(num_categories, 2)))
+
+
+def logits_bounds(eps, largest):
+    """(largest |logits|, largest |logits| / temperature) accepted under validation.
+
+    A sample is (logits + noise) / temperature, the noise of order 1. Once the rounding of
+    logits + noise approaches it the noise is lost and the samples and their densities are wrong
+    (float32 logits of 1e6, or of 1e9, a common mask, give wrong densities), so |logits| must stay
+    below 2^(mantissa bits - 9): 16384 in float32, 8.8e12 in float64 (rounding 2^-9 there). And
+    |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
+    sums of K coordinates and their products with another temperature stay finite."""
+    return 2.0 ** (-math.log2(eps) - 9), math.sqrt(largest)
