@@ -1,12 +1,39 @@
 """The error messages both packages raise, and the checks that read only plain numbers and names.
 
 Each says what was wrong and what to do; the backends decide when to call them (their values are
-tensors or JAX arrays, read in their own way)."""
+tensors or JAX arrays, read in their own way). Below a public helper or loss, errors are raised as
+:class:`ModelError` without a name, and the public function names itself where the user called it
+(:func:`named_errors`): no caller's name is passed down."""
+
+import functools
 
 
 def fail(owner, message):
     """A ValueError that names who refused (a class or helper) and why."""
     raise ValueError(f"{owner}: {message}")
+
+
+class ModelError(ValueError):
+    """What a helper or loss found wrong with the model or guide it was given, raised below the public
+    function, which prefixes its own name (:func:`named_errors`)."""
+
+
+def named_errors(name=None):
+    """Decorates a public function (``name``: how it is called) or a method (``name`` None: its
+    class's name): a :class:`ModelError` raised below it reaches the caller as a ValueError that
+    starts with that name."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except ModelError as error:
+                raise ValueError(f"{name or type(args[0]).__name__}: {error}") from None
+
+        return wrapper
+
+    return decorate
 
 
 # --------------------------------------------------------------------------- distributions
@@ -55,39 +82,64 @@ def infinite_density_message(name, boundary, counterpart):
 # --------------------------------------------------------------------------- test-time helpers
 
 
-def check_given(helper, given, sampled):
+def check_given(given, sampled):
     """``given`` names only sites the model samples (``sampled``: their names)."""
     unknown = sorted(set(given or {}) - set(sampled))
     if unknown:
-        fail(helper, f"given names site(s) {unknown} that the model does not sample")
+        raise ModelError(f"given names site(s) {unknown} that the model does not sample")
 
 
-def not_enumerable_message(helper, site, distribution):
-    return (
-        f"{helper} sums out discrete latent sites exactly; site {site!r} holds {distribution}, which is "
+def not_enumerable(site, distribution):
+    return ModelError(
+        f"discrete latent sites are summed out exactly; site {site!r} holds {distribution}, which is "
         f"neither Concrete-family nor enumerable: evaluate at a value of it with given={{{site!r}: value}}"
     )
 
 
-def check_full_plate(helper, plate, subsample_size, size):
+def check_full_plate(plate, subsample_size, size):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""
     if subsample_size < size:
-        raise ValueError(
-            f"{helper} evaluates the whole data set, but plate {plate!r} subsamples {subsample_size} of its "
+        raise ModelError(
+            f"the whole data set is evaluated, but plate {plate!r} subsamples {subsample_size} of its "
             f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
             "the full plate (subsample_size=None)"
         )
 
 
-def outside_plate_message(caller, site, plate):
-    return f"{caller}: site {site!r} is outside plate {plate!r}"
+def check_num_particles(num_particles, least=1):
+    if not (isinstance(num_particles, int) and not isinstance(num_particles, bool) and num_particles >= least):
+        why = "a positive integer" if least == 1 else f"an integer >= {least} (the leave-one-out baseline needs two)"
+        raise ModelError(f"num_particles must be {why}, got {num_particles!r}")
 
 
-def global_latent_message(caller, site, plate):
-    return (
-        f"{caller}: site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
+def outside_plate(site, plate):
+    return ModelError(f"site {site!r} is outside plate {plate!r}")
+
+
+def global_latent(site, plate):
+    return ModelError(
+        f"site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "
         f"inside the plate (a global's proposal and density cannot be split between elements). Condition it on "
         f"a value (poutine.condition / numpyro.handlers.condition, e.g. its posterior mean) for the bounds "
         f"log p(x_n | {site}), or pass plate=None for one bound of all observations"
     )
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def baseline_value(site, infer):
+    """The baseline a guide gives its score-function site ``site`` in ``infer`` -- Pyro's convention,
+    ``infer={"baseline": {"baseline_value": b}}`` -- or None. The other keys of Pyro's
+    ``TraceGraph_ELBO`` (decaying averages, baseline modules) are refused rather than ignored."""
+    baseline = (infer or {}).get("baseline")
+    if not baseline:
+        return None
+    unsupported = sorted(set(baseline) - {"baseline_value"})
+    if unsupported:
+        raise ModelError(
+            f"site {site!r}: infer['baseline'] holds {unsupported}; only 'baseline_value' (a learned baseline "
+            "computed in the guide, e.g. by a network of the data) is supported"
+        )
+    return baseline["baseline_value"]

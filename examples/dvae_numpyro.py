@@ -54,13 +54,13 @@ import numpyro  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
 from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
-from numpyro.infer.elbo import ELBO  # noqa: E402
 
 from numpyro_concrete import (  # noqa: E402
     BinConcrete,
     Concrete,
     VIMCO,
     ImportanceWeightedELBO,
+    ScoreFunctionELBO,
     discrete,
     discrete_log_likelihood,
     log_space_config,
@@ -140,12 +140,13 @@ class DiscreteVAE:
 
     def guide(self, x):
         with numpyro.plate("data", x.shape[0]):
+            infer = {}
             if self.reinforce:  # a learned, input-dependent baseline for the score-function estimator
-                numpyro.deterministic("baseline", network("baseline", x, 1, self.nonlinear)[..., 0])
+                infer = {"baseline": {"baseline_value": network("baseline", x, 1, self.nonlinear)[..., 0]}}
             h = x
             for i, (name, layer) in enumerate(zip(reversed(self.names), reversed(self.layers))):
                 logits = network(f"encoder{i}", h, layer.num_logits, self.nonlinear)
-                z = numpyro.sample(name, layer.distribution(self.posterior_temperature, logits))
+                z = numpyro.sample(name, layer.distribution(self.posterior_temperature, logits), infer=infer)
                 h = layer.embed(z)
 
     def images(self, params, x, key):
@@ -161,34 +162,6 @@ class DiscreteVAE:
         ]
 
 
-class ScoreFunctionELBO(ELBO):
-    """The ELBO with the score-function gradient for the guide's discrete sites and a learned
-    baseline b(x) (NumPyro's TraceGraph_ELBO has none): per data point n, the surrogate
-    elbo_n + stop_gradient(elbo_n - b_n) * log q(z_n | x_n), and b regressed on elbo_n. The loss
-    value is -ELBO; the extra terms only contribute gradients."""
-
-    can_infer_discrete = True
-
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        guide_key, model_key = jax.random.split(rng_key)
-        guide = handlers.substitute(guide, param_map)
-        guide_trace = handlers.trace(handlers.seed(guide, guide_key)).get_trace(*args, **kwargs)
-        model = handlers.replay(handlers.seed(handlers.substitute(model, param_map), model_key), trace=guide_trace)
-        model_trace = handlers.trace(model).get_trace(*args, **kwargs)
-
-        def per_datum(trace, sites):
-            return sum(trace[name]["fn"].log_prob(trace[name]["value"]) for name in sites)
-
-        latents = [n for n, s in guide_trace.items() if s["type"] == "sample"]
-        log_q = per_datum(guide_trace, latents)
-        elbo = per_datum(model_trace, [n for n, s in model_trace.items() if s["type"] == "sample"]) - log_q
-        baseline = guide_trace["baseline"]["value"]
-        score = jax.lax.stop_gradient(elbo - baseline) * log_q
-        baseline_loss = jnp.sum((jax.lax.stop_gradient(elbo) - baseline) ** 2)
-        extra = -jnp.sum(score) + baseline_loss
-        return {"loss": -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), "mutable_state": None}
-
-
 def make_svi(vae, optim, estimator="concrete", particles=1):
     """SVI for the relaxed model through its log-space nodes (objective L_m), or for the discrete
     model with the score-function estimator and the learned baseline."""
@@ -196,7 +169,7 @@ def make_svi(vae, optim, estimator="concrete", particles=1):
         model, guide = handlers.reparam(vae.model, config=log_space_config), handlers.reparam(vae.guide, config=log_space_config)
         loss = Trace_ELBO() if particles == 1 else ImportanceWeightedELBO(num_particles=particles, plate="data")
     else:  # m > 1: VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
-        loss = ScoreFunctionELBO() if particles == 1 else VIMCO(num_particles=particles, plate="data")
+        loss = ScoreFunctionELBO(plate="data") if particles == 1 else VIMCO(num_particles=particles, plate="data")
         model, guide = discrete(vae.model), discrete(vae.guide)
     return SVI(model, guide, optim, loss)
 

@@ -43,12 +43,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpyro  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
-from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI  # noqa: E402
-from numpyro.infer.elbo import ELBO  # noqa: E402
 
-from numpyro_concrete import HardConcrete  # noqa: E402
-from numpyro_concrete.handlers import unwrap  # noqa: E402
+from numpyro_concrete import HardConcrete, L0Objective  # noqa: E402
 
 
 class GatedMLP:
@@ -106,33 +103,6 @@ class GatedMLP:
     def gate_distributions(self, params):
         """{site: the guide's HardConcrete} from the parameters."""
         return {name: HardConcrete(self.temperature, logits=params[f"{name}.log_alpha"]) for name, _, _ in self.gate_layers()}
-
-
-class L0Objective(ELBO):
-    """Louizos et al.'s objective: -E_q log p(y | x, gates) + l0 * sum_j P_q(gate_j != 0). Not the
-    ELBO: log q(z) - log p(z) jumps where a clipped gate sample crosses 0, so its pathwise gradient is
-    biased; the closed-form expected L0 norm of the guide's gates replaces the KL term."""
-
-    def __init__(self, l0):
-        super().__init__(num_particles=1)
-        self.l0 = l0
-
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        guide_key, model_key = jax.random.split(rng_key)
-        guide_trace = handlers.trace(handlers.seed(handlers.substitute(guide, param_map), guide_key)).get_trace(*args, **kwargs)
-        model = handlers.replay(handlers.seed(handlers.substitute(model, param_map), model_key), trace=guide_trace)
-        model_trace = handlers.trace(model).get_trace(*args, **kwargs)
-        log_likelihood = sum(  # scaled to the training set by the data plate
-            jnp.sum(site["fn"].log_prob(site["value"])) * (1.0 if site["scale"] is None else site["scale"])
-            for site in model_trace.values()
-            if site["type"] == "sample" and site["is_observed"]
-        )
-        expected_l0 = sum(
-            jnp.sum(unwrap(site["fn"])[0].prob_nonzero)
-            for site in guide_trace.values()
-            if site["type"] == "sample" and isinstance(unwrap(site["fn"])[0], HardConcrete)
-        )
-        return {"loss": -log_likelihood + self.l0 * expected_l0, "mutable_state": None}
 
 
 def accuracy(mlp, params, x, y, gates, input_gates=None):

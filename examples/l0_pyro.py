@@ -22,13 +22,11 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn as nn
-from pyro import poutine
 from pyro.infer import SVI
 from pyro.optim import Adam
 
 from examples import data, pyro_training, training
-from pyro_concrete import HardConcrete
-from pyro_concrete.handlers import unwrap
+from pyro_concrete import HardConcrete, L0Objective
 
 
 class GatedMLP(nn.Module):
@@ -77,26 +75,6 @@ class GatedMLP(nn.Module):
         return {name: HardConcrete(self.temperature, logits=a).deterministic_gate for name, _, a in self.gate_parameters()}
 
 
-def l0_objective(l0):
-    """Louizos et al.'s objective as a Pyro loss: -E_q log p(y | x, gates) + l0 * sum_j P_q(gate_j != 0).
-    Not the ELBO: log q(z) - log p(z) jumps where a clipped gate sample crosses 0, so its pathwise
-    gradient is biased; the closed-form expected L0 norm of the guide's gates replaces the KL term."""
-
-    def l0_loss(model, guide, *args, **kwargs):
-        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-        model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the data plate
-        log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
-        expected_l0 = sum(
-            unwrap(site["fn"])[0].prob_nonzero.sum()
-            for site in guide_trace.nodes.values()
-            if site["type"] == "sample" and isinstance(unwrap(site["fn"])[0], HardConcrete)
-        )
-        return -log_likelihood + l0 * expected_l0
-
-    return l0_loss
-
-
 @torch.no_grad()
 def accuracy(mlp, x, y, gates, input_gates=None):
     """Accuracy for each row of ``gates`` (k, hidden), or for one gate vector."""
@@ -130,7 +108,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     mlp = GatedMLP(len(train), dataset.dim, args.hidden, 10, args.temperature, args.gate_inputs).to(device)
     optim = Adam({"lr": args.lr, "fused": True})  # one kernel per update, not six (bench.svi)
-    svi = SVI(mlp.model, mlp.guide, optim, loss=l0_objective(args.l0))
+    svi = SVI(mlp.model, mlp.guide, optim, loss=L0Objective(args.l0))
 
     def make_batch(step):
         indices = torch.as_tensor(data.batch_indices(len(train), args.batch_size, args.seed, step), device=device)

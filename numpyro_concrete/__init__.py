@@ -12,7 +12,7 @@ from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .evaluation import Predictive, discrete_log_likelihood, map_assignment, marginal_log_likelihood, sample_assignment
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
-from .losses import VIMCO, ImportanceWeightedELBO
+from .losses import VIMCO, ImportanceWeightedELBO, L0Objective, ScoreFunctionELBO
 from .reparam import LogSpaceReparam, log_space_config
 from .straight_through import BinConcreteStraightThrough, ConcreteStraightThrough
 from .temperature import constant, exponential_decay, linear_decay
@@ -37,6 +37,8 @@ __all__ = [
     "Predictive",
     "ImportanceWeightedELBO",
     "VIMCO",
+    "ScoreFunctionELBO",
+    "L0Objective",
     "exponential_decay",
     "linear_decay",
     "constant",

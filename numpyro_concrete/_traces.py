@@ -1,5 +1,9 @@
 """The machinery behind ``evaluation`` and ``losses``: running a model with given parameters or
-globals, checking its sites, the proposal of an autoguide, and importance weights per particle."""
+globals, checking its sites, tracing a guide and the model replayed against it (the host's
+``get_importance_trace``), the proposal of an autoguide, and importance weights per particle.
+
+Errors about the model or guide are raised as ``concrete_common.messages.ModelError``, without a
+name: the public helper or loss that was called names itself (``messages.named_errors``)."""
 
 import math
 
@@ -10,6 +14,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 from numpyro import handlers
 from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
+from numpyro.infer.util import get_importance_trace
 from numpyro.primitives import Messenger
 
 from concrete_common import messages
@@ -17,11 +22,11 @@ from concrete_common import messages
 from .handlers import CONCRETE_FAMILY, unwrap
 
 
-def _with_params(fn, params):
+def with_params(fn, params):
     return fn if params is None else handlers.substitute(fn, data=params)
 
 
-def _trace(fn, key, args, kwargs):
+def trace(fn, key, args, kwargs):
     return handlers.trace(handlers.seed(fn, key)).get_trace(*args, **kwargs)
 
 
@@ -40,71 +45,70 @@ class _GivenMessenger(Messenger):
             msg["fn"] = msg["fn"].mask(False)
 
 
-def _with_given(fn, given):
+def with_given(fn, given):
     return fn if not given else _GivenMessenger(fn, given)
 
 
-def _check_given(trace, given, helper):
-    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
-
-
-def _sample_sites(trace):
+def sample_sites(trace):
     return [site for site in trace.values() if site["type"] == "sample"]
 
 
-def _max_plate_nesting(trace):
-    dims = [-f.dim for site in _sample_sites(trace) for f in site["cond_indep_stack"] if f.dim is not None]
+def max_plate_nesting(trace):
+    dims = [-f.dim for site in sample_sites(trace) for f in site["cond_indep_stack"] if f.dim is not None]
     return max(dims, default=0)
 
 
-def _check_all_latents_discrete(trace, helper):
-    for site in _sample_sites(trace):
-        if site["is_observed"]:
-            continue
-        if not getattr(site["fn"], "has_enumerate_support", False):
-            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
+def check_given(trace, given):
+    messages.check_given(given, [site["name"] for site in sample_sites(trace)])
 
 
-def _check_full_data(trace, helper):
+def check_all_latents_discrete(trace):
+    for site in sample_sites(trace):
+        if not site["is_observed"] and not getattr(site["fn"], "has_enumerate_support", False):
+            raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
+
+
+def check_full_data(trace):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""
     for site in trace.values():
         if site["type"] == "plate" and site["value"] is not None:
-            messages.check_full_plate(helper, site["name"], len(site["value"]), site["args"][0])
+            messages.check_full_plate(site["name"], len(site["value"]), site["args"][0])
 
 
 def _scanned_sites(trace):
     """The latent sites drawn inside ``numpyro.contrib.control_flow.scan``."""
-    return [site for site in _sample_sites(trace) if site.get("_control_flow_done") and not site["is_observed"]]
+    return [site for site in sample_sites(trace) if site.get("_control_flow_done") and not site["is_observed"]]
 
 
-def _check_scan(model, args, kwargs, helper):
+def check_scan(model, args, kwargs, *, decodes=False):
     """``scan`` bodies run with their own handlers: a Concrete-family site there cannot be swapped for
     its limit; and for the host's own discrete sites there NumPyro's ``TraceEnum_ELBO`` gives a wrong
-    value and ``infer_discrete`` none. Raises for what is not evaluated exactly; returns whether the
-    model scans (``marginal_log_likelihood`` then takes funsor's path, which is exact)."""
-    scanned = _scanned_sites(_trace(model, jax.random.PRNGKey(0), args, kwargs))
+    value and ``infer_discrete`` none (``decodes``: the caller decodes). Raises for what is not
+    evaluated exactly; returns whether the model scans (``marginal_log_likelihood`` then takes
+    funsor's path, which is exact)."""
+    scanned = _scanned_sites(trace(model, jax.random.PRNGKey(0), args, kwargs))
     for site in scanned:
         base = unwrap(site["fn"])[0]
         relaxed = isinstance(base, CONCRETE_FAMILY)
-        if relaxed or helper in ("map_assignment", "sample_assignment"):
+        if relaxed or decodes:
             why = "whose body keeps its own handlers, so it cannot be swapped for its discrete limit" if relaxed else "where NumPyro cannot decode it"
-            raise ValueError(
-                f"{helper}: site {site['name']!r} ({type(base).__name__}) is drawn inside "
+            raise messages.ModelError(
+                f"site {site['name']!r} ({type(base).__name__}) is drawn inside "
                 f"numpyro.contrib.control_flow.scan, {why}; write the loop over time with numpyro.contrib.funsor.markov "
                 "(a Python loop), which the helpers evaluate exactly (map_assignment: the Viterbi path)"
             )
     return bool(scanned)
 
 
-def _no_guide(*args, **kwargs):
+def no_guide(*args, **kwargs):
     pass
 
 
 def _relaxed_latents(trace):
     return {
         site["name"]
-        for site in _sample_sites(trace)
+        for site in sample_sites(trace)
         if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)
     }
 
@@ -198,11 +202,11 @@ class _MarginalMessenger(Messenger):
             msg["fn"] = _Marginal(msg["fn"], keep)
 
 
-def _marginalize(guide, marginals):
+def marginalize(guide, marginals):
     return _MarginalMessenger(guide, marginals) if marginals else guide
 
 
-def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
+def proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
     """Which guide sites to discretize, which to hide and which to marginalize for the discrete
     graph's proposal.
 
@@ -220,18 +224,16 @@ def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
     :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
         kept}).
     """
-    guide_key, model_key = jax.random.split(key)
-    guide_trace = _trace(guide, guide_key, args, kwargs)
-    model_trace = handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs)
-    for trace in (guide_trace, model_trace):
-        _check_full_data(trace, "discrete_log_likelihood")
+    model_trace, guide_trace = replayed_traces(model, guide, key, args, kwargs)
+    for traced in (guide_trace, model_trace):
+        check_full_data(traced)
     relaxed = _relaxed_latents(model_trace)
-    guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
+    guide_sites = {site["name"]: site for site in sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
     hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
-    _check_given(model_trace, given, "discrete_log_likelihood")
+    check_given(model_trace, given)
     hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
-    model_sites = {site["name"] for site in _sample_sites(model_trace)}
+    model_sites = {site["name"] for site in sample_sites(model_trace)}
     auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
     for name, layout in auxiliary.items():
         fed_hidden = hidden & set(layout)
@@ -246,8 +248,8 @@ def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
             if site not in hidden:
                 keep[coordinates] = True
         if _marginal_log_prob(joint, value, keep) is None:
-            raise ValueError(
-                f"discrete_log_likelihood: guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
+            raise messages.ModelError(
+                f"guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
                 f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
                 "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
                 "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
@@ -256,69 +258,75 @@ def _proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
         marginals[name] = keep
     unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
     if unattributed:
-        raise ValueError(
-            f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
+        raise messages.ModelError(
+            f"guide site(s) {sorted(unattributed)} have no model counterpart; "
             "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
             "an autoguide such as AutoNormal), and these cannot be attributed to a site"
         )
     return discretized, hidden, marginals
 
 
-def _site_log_prob(site):
-    log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
-    return log_prob if site["scale"] is None else site["scale"] * log_prob
+# ----------------------------------------------------------------------------- importance weights
 
 
-def _per_element(log_prob, site, plate, caller):
+def replayed_traces(model, guide, key, args, kwargs):
+    """(model trace, guide trace), unscored: the guide traced and the model replayed against it, each
+    seeded with its half of ``key`` -- which sites there are, not their densities (an eager value
+    carries no log coordinates, so scoring it here could meet an underflowed one)."""
+    guide_key, model_key = jax.random.split(key)
+    guide_trace = trace(guide, guide_key, args, kwargs)
+    return handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
+
+
+def importance_traces(model, guide, key, args, kwargs):
+    """(model trace, guide trace) with every site's log_prob: the guide traced and the model replayed
+    against it, by the host's ``get_importance_trace``, each seeded with its half of ``key``."""
+    guide_key, model_key = jax.random.split(key)
+    return get_importance_trace(handlers.seed(model, model_key), handlers.seed(guide, guide_key), args, kwargs, {})
+
+
+def per_element(log_prob, site, plate):
     """A site's log_prob summed to a scalar, or to one value per element of ``plate``."""
     if plate is None:
         return jnp.sum(log_prob)
     frames = [f for f in site["cond_indep_stack"] if f.name == plate]
     if not frames:
-        raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
+        raise messages.outside_plate(site["name"], plate)
     log_prob = jnp.reshape(log_prob, (1,) * max(-frames[0].dim - jnp.ndim(log_prob), 0) + jnp.shape(log_prob))
     keep = jnp.ndim(log_prob) + frames[0].dim
     return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
 
 
-def _log_weights(model_trace, guide_trace, plate, caller, given_globals=False):
+def log_weights(model_trace, guide_trace, plate, *, globals_given=False):
     """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
-    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    proposal: its log p cancels against its log q and is left out. ``globals_given`` (per-element
     bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
     are left out, and a latent outside it raises.
     """
     total = 0.0
-    proposed = {site["name"] for site in _sample_sites(guide_trace)}
-    for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
-        for site in _sample_sites(trace):
+    proposed = {site["name"] for site in sample_sites(guide_trace)}
+    for traced, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
+        for site in sample_sites(traced):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
-            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+            if globals_given and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
                 if site["is_observed"]:
                     continue
-                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
-            total = total + sign * _per_element(_site_log_prob(site), site, plate, caller)
+                raise messages.global_latent(site["name"], plate)
+            total = total + sign * per_element(site["log_prob"], site, plate)
     return total
 
 
-def _particle_traces(model, guide, particle_key, args, kwargs):
-    """(model trace, guide trace) of one particle."""
-    guide_key, model_key = jax.random.split(particle_key)
-    guide_trace = _trace(guide, guide_key, args, kwargs)
-    replayed = handlers.replay(handlers.seed(model, model_key), trace=guide_trace)
-    return handlers.trace(replayed).get_trace(*args, **kwargs), guide_trace
-
-
-def _importance_bound(model, guide, rng_key, args, kwargs, num_particles, plate, caller, given_globals=False):
+def importance_bound(model, guide, rng_key, args, kwargs, *, num_particles, plate, globals_given=False):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel
-    (``vmap``): a scalar, or one bound per element of ``plate``."""
-    if not (isinstance(num_particles, int) and num_particles >= 1):
-        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+    (``vmap``): a scalar, or one bound per element of ``plate``. ``globals_given``: the discrete
+    graph's bound, with globals conditioned (see :func:`log_weights`)."""
+    messages.check_num_particles(num_particles)
 
     def log_weight(particle_key):
-        return _log_weights(*_particle_traces(model, guide, particle_key, args, kwargs), plate, caller, given_globals)
+        return log_weights(*importance_traces(model, guide, particle_key, args, kwargs), plate, globals_given=globals_given)
 
-    log_weights = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
-    return logsumexp(log_weights, axis=0) - math.log(num_particles)
+    drawn = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
+    return logsumexp(drawn, axis=0) - math.log(num_particles)

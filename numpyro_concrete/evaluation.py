@@ -10,26 +10,29 @@ import numpyro.infer
 from numpyro import handlers
 from numpyro.infer import TraceEnum_ELBO
 
+from concrete_common.messages import named_errors
+
 from ._traces import (
-    _check_all_latents_discrete,
-    _check_full_data,
-    _check_given,
-    _check_scan,
-    _importance_bound,
-    _marginalize,
-    _max_plate_nesting,
-    _no_guide,
-    _proposal,
-    _sample_sites,
-    _trace,
-    _with_given,
-    _with_params,
+    check_all_latents_discrete,
+    check_full_data,
+    check_given,
+    check_scan,
+    importance_bound,
+    marginalize,
+    max_plate_nesting,
+    no_guide,
+    proposal,
+    sample_sites,
+    trace,
+    with_given,
+    with_params,
 )
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
 
+@named_errors("marginal_log_likelihood")
 def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
@@ -45,20 +48,27 @@ def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     """
     from numpyro.contrib.funsor import config_enumerate, enum, log_density
 
-    model = _with_given(_with_params(model, params), given)
-    scans = _check_scan(model, args, kwargs, "marginal_log_likelihood")
-    trace = _trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
-    _check_given(trace, given, "marginal_log_likelihood")
-    _check_all_latents_discrete(trace, "marginal_log_likelihood")
-    _check_full_data(trace, "marginal_log_likelihood")
-    max_plate_nesting = _max_plate_nesting(trace)
+    model = with_given(with_params(model, params), given)
+    scans = check_scan(model, args, kwargs)
+    nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
     if scans:  # TraceEnum_ELBO is wrong on scan (a wrong finite value); funsor's log density, NUTS's path, is exact
-        return log_density(enum(enumerated, -1 - max_plate_nesting), args, kwargs, {})[0]
-    elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting)
-    return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, _no_guide, *args, **kwargs)
+        return log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
+    elbo = TraceEnum_ELBO(max_plate_nesting=nesting)
+    return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, no_guide, *args, **kwargs)
 
 
+def _checked_discrete_trace(model, args, kwargs, given):
+    """A trace of the model's discrete graph, after the checks of the exact helpers: ``given`` names
+    sites of the model, every latent is enumerable, and no plate subsamples."""
+    traced = trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    check_given(traced, given)
+    check_all_latents_discrete(traced)
+    check_full_data(traced)
+    return traced
+
+
+@named_errors("map_assignment")
 def map_assignment(model, *args, params=None, given=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
@@ -69,9 +79,10 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
-    return _assignment(model, args, kwargs, params, given, 0, jax.random.PRNGKey(0), "map_assignment")
+    return _assignment(model, args, kwargs, params, given, jax.random.PRNGKey(0), temperature=0)
 
 
+@named_errors("sample_assignment")
 def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwargs):
     """One draw of the Concrete-family latent sites from their exact posterior under the discrete
     graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
@@ -89,29 +100,24 @@ def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwa
     rng_key = prng_key() if rng_key is None else rng_key
     if rng_key is None:
         raise ValueError("sample_assignment: rng_key is required (or run it under numpyro.handlers.seed)")
-    return _assignment(model, args, kwargs, params, given, 1, rng_key, "sample_assignment")
+    return _assignment(model, args, kwargs, params, given, rng_key, temperature=1)
 
 
-def _assignment(model, args, kwargs, params, given, temperature, rng_key, helper):
+def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
     def decode(arrays, args, kwargs):
         params, given, rng_key = arrays
-        conditioned = _with_given(_with_params(model, params), given)
-        _check_scan(conditioned, args, kwargs, helper)
-        trace = _trace(discrete(conditioned, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
-        _check_given(trace, given, helper)
-        _check_all_latents_discrete(trace, helper)
-        _check_full_data(trace, helper)
+        conditioned = with_given(with_params(model, params), given)
+        check_scan(conditioned, args, kwargs, decodes=True)
+        nesting = max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given))
         swap = DiscreteMessenger(conditioned, mode="enumerate")
-        decoded = infer_discrete(
-            config_enumerate(swap), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature, rng_key=rng_key
-        )
-        trace = handlers.trace(decoded).get_trace(*args, **kwargs)
+        decoded = infer_discrete(config_enumerate(swap), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
+        traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {
             site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
-            for site in _sample_sites(trace)
+            for site in sample_sites(traced)
             if not site["is_observed"]
         }
 
@@ -170,6 +176,7 @@ class Predictive(numpyro.infer.Predictive):
         return {name: to_value[name](value) if name in to_value else value for name, value in samples.items()}
 
 
+@named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, rng_key=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
@@ -213,12 +220,14 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     proposal_key, key = jax.random.split(rng_key)
     autoguide = guide
-    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
+    model, guide = with_given(with_params(model, params), given), with_params(guide, params)
     for fn in (model, guide):
-        _check_scan(fn, args, kwargs, "discrete_log_likelihood")
-    discretized, hidden, marginals = _proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
-    guide = _marginalize(guide, marginals)
+        check_scan(fn, args, kwargs)
+    discretized, hidden, marginals = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
+    guide = marginalize(guide, marginals)
     guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
-    bound = _importance_bound(model_d, guide_d, key, args, kwargs, num_particles, plate, "discrete_log_likelihood", given_globals=True)
+    bound = importance_bound(
+        model_d, guide_d, key, args, kwargs, num_particles=num_particles, plate=plate, globals_given=True
+    )
     return jax.lax.stop_gradient(bound)

@@ -1,5 +1,7 @@
-"""Multi-sample objectives for SVI: the importance-weighted bound L_m of the paper's section 5 (on
-the relaxed or the discrete graph) and VIMCO's score-function estimator of its gradient."""
+"""SVI objectives: the importance-weighted bound L_m of the paper's section 5 (on the relaxed or the
+discrete graph), the score-function estimators of the discrete graph's gradient (a learned baseline
+at m = 1, VIMCO's leave-one-out baseline at m > 1), and Louizos et al.'s expected-L0 objective for
+Hard Concrete gates."""
 
 import math
 
@@ -8,17 +10,14 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 from numpyro.infer import ELBO
 
-from ._traces import (
-    _importance_bound,
-    _log_weights,
-    _particle_traces,
-    _per_element,
-    _sample_sites,
-    _site_log_prob,
-    _with_params,
-)
+from concrete_common import messages
+from concrete_common.messages import named_errors
 
-__all__ = ["ImportanceWeightedELBO", "VIMCO"]
+from ._traces import importance_bound, importance_traces, log_weights, per_element, replayed_traces, sample_sites, with_params
+from .handlers import unwrap
+from .hard_concrete import HardConcrete
+
+__all__ = ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO", "L0Objective"]
 
 
 class ImportanceWeightedELBO(ELBO):
@@ -39,9 +38,10 @@ class ImportanceWeightedELBO(ELBO):
         super().__init__(num_particles=num_particles)
         self.plate = plate
 
+    @named_errors()
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        model, guide = _with_params(model, param_map), _with_params(guide, param_map)
-        bound = _importance_bound(model, guide, rng_key, args, kwargs, self.num_particles, self.plate, "ImportanceWeightedELBO")
+        model, guide = with_params(model, param_map), with_params(guide, param_map)
+        bound = importance_bound(model, guide, rng_key, args, kwargs, num_particles=self.num_particles, plate=self.plate)
         return {"loss": -jnp.sum(bound), "mutable_state": None}
 
 
@@ -58,24 +58,23 @@ class VIMCO(ImportanceWeightedELBO):
 
     can_infer_discrete = True
 
+    @named_errors()
     def __init__(self, num_particles=2, plate=None):
-        if not (isinstance(num_particles, int) and num_particles >= 2):
-            raise ValueError(
-                f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
-            )
+        messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
+    @named_errors()
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        model, guide = _with_params(model, param_map), _with_params(guide, param_map)
+        model, guide = with_params(model, param_map), with_params(guide, param_map)
 
         def particle(particle_key):
-            model_trace, guide_trace = _particle_traces(model, guide, particle_key, args, kwargs)
+            model_trace, guide_trace = importance_traces(model, guide, particle_key, args, kwargs)
             log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
-                _per_element(_site_log_prob(site), site, self.plate, "VIMCO")
-                for site in _sample_sites(guide_trace)
+                per_element(site["log_prob"], site, self.plate)
+                for site in sample_sites(guide_trace)
                 if not site["is_observed"] and not site["fn"].has_rsample
             )
-            return _log_weights(model_trace, guide_trace, self.plate, "VIMCO"), log_q
+            return log_weights(model_trace, guide_trace, self.plate), log_q
 
         m = self.num_particles
         log_w, log_q = jax.vmap(particle)(jax.random.split(rng_key, m))
@@ -88,3 +87,77 @@ class VIMCO(ImportanceWeightedELBO):
         surrogate = bound + (learning_signal * log_q).sum(0)
         loss = -surrogate.sum() + jax.lax.stop_gradient((surrogate - bound).sum())
         return {"loss": loss, "mutable_state": None}
+
+
+class ScoreFunctionELBO(ELBO):
+    """The ELBO for guides with discrete sites, with the score-function (REINFORCE) gradient and a
+    learned baseline -- the paper's baseline estimator at m = 1 (:class:`VIMCO` at m > 1). Per element
+    n of ``plate`` (with ``plate=None``, all observations jointly) the surrogate is
+
+        elbo_n + sum_s stop_gradient(elbo_n - b_sn) log q(z_sn)  +  sum_b (stop_gradient(elbo_n) - b_n)^2
+
+    over the guide's sites s without a reparameterized sampler; ``b_s`` is the baseline the guide gives
+    a site as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
+    network of the data; 0 where none is given), fitted to elbo_n by squared error, once per distinct
+    baseline (several sites may share one). Reparameterized sites get pathwise gradients. Unbiased
+    for the ELBO's gradient whatever the baselines; the learning signal of a site is the whole
+    element's ELBO (NumPyro's ``TraceGraph_ELBO`` takes no baselines).
+    The loss value is ``-ELBO``; the other terms only contribute gradients.
+
+    :param str plate: the data plate, or None.
+    """
+
+    can_infer_discrete = True
+
+    def __init__(self, plate=None):
+        super().__init__(num_particles=1)
+        self.plate = plate
+
+    @named_errors()
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        model, guide = with_params(model, param_map), with_params(guide, param_map)
+        model_trace, guide_trace = importance_traces(model, guide, rng_key, args, kwargs)
+        elbo = log_weights(model_trace, guide_trace, self.plate)
+        signal, score, fit, fitted = jax.lax.stop_gradient(elbo), 0.0, 0.0, []
+        for site in sample_sites(guide_trace):
+            if site["is_observed"] or site["fn"].has_rsample:
+                continue
+            baseline = messages.baseline_value(site["name"], site["infer"])
+            log_q = per_element(site["log_prob"], site, self.plate)
+            score = score + jnp.sum((signal - (0.0 if baseline is None else jax.lax.stop_gradient(baseline))) * log_q)
+            if baseline is not None and not any(baseline is b for b in fitted):
+                fitted.append(baseline)
+                fit = fit + jnp.sum((signal - baseline) ** 2)
+        extra = fit - score
+        return {"loss": -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), "mutable_state": None}
+
+
+class L0Objective(ELBO):
+    """Louizos, Welling & Kingma's (2018) objective for Hard Concrete gates:
+    ``-E_q log p(observations | gates) + l0 * sum_j P_q(gate_j != 0)``, one sample of the guide. The
+    log-likelihood of the model's observed sites is scaled by their plates (subsampling); the
+    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites.
+    Not the ELBO: ``log q(z) - log p(z)`` jumps where a clipped gate sample crosses 0, so its
+    pathwise gradient is biased; the expected L0 norm replaces the KL term (eq. 3 and 12 there).
+
+    :param float l0: lambda, the nats charged per open gate.
+    """
+
+    def __init__(self, l0):
+        super().__init__(num_particles=1)
+        self.l0 = l0
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        model, guide = with_params(model, param_map), with_params(guide, param_map)
+        model_trace, guide_trace = replayed_traces(model, guide, rng_key, args, kwargs)
+        log_likelihood = sum(  # scaled by the plates
+            jnp.sum(site["fn"].log_prob(site["value"])) * (1.0 if site["scale"] is None else site["scale"])
+            for site in sample_sites(model_trace)
+            if site["is_observed"]
+        )
+        expected_l0 = sum(
+            jnp.sum(unwrap(site["fn"])[0].prob_nonzero)
+            for site in sample_sites(guide_trace)
+            if isinstance(unwrap(site["fn"])[0], HardConcrete)
+        )
+        return {"loss": -log_likelihood + self.l0 * expected_l0, "mutable_state": None}

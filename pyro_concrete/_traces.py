@@ -1,5 +1,9 @@
 """The machinery behind ``evaluation`` and ``losses``: running a model with given parameters or
-globals, checking its sites, the proposal of an autoguide, and importance weights per particle."""
+globals, checking its sites, tracing a guide and the model replayed against it (the host's
+``get_importance_trace``), the proposal of an autoguide, and importance weights per particle.
+
+Errors about the model or guide are raised as ``concrete_common.messages.ModelError``, without a
+name: the public helper or loss that was called names itself (``messages.named_errors``)."""
 
 import math
 import warnings
@@ -9,8 +13,10 @@ import torch
 from pyro import poutine
 from pyro.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal, TorchDistribution
 from pyro.infer.autoguide import AutoContinuous, AutoGuideList
+from pyro.infer.enum import get_importance_trace
 from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.util import site_is_subsample
 
 from concrete_common import messages
 
@@ -32,7 +38,7 @@ def _module_overrides(fn, params):
     return overrides
 
 
-def _with_params(fn, params):
+def with_params(fn, params):
     """``fn`` with its param sites taken from ``params`` -- one dict for model and guide, as
     ``pyro.get_param_store()`` or NumPyro's ``svi.get_params`` give (the names a function does not
     use are expected, so Pyro's warning about them is silenced). A ``PyroModule``'s plain
@@ -84,51 +90,65 @@ def _as_value_of(value, fn):
     return torch.as_tensor(value, dtype=torch.get_default_dtype())
 
 
-def _with_given(fn, given):
+def with_given(fn, given):
     return fn if not given else _GivenMessenger(given)(fn)
 
 
-def _check_given(trace, given, helper):
-    messages.check_given(helper, given, [site["name"] for site in _sample_sites(trace)])
+def sample_sites(trace):
+    """The sample sites of ``trace``, without the plates' subsample sites."""
+    return [site for site in trace.nodes.values() if site["type"] == "sample" and not site_is_subsample(site)]
 
 
-def _sample_sites(trace):
-    return [
-        site
-        for site in trace.nodes.values()
-        if site["type"] == "sample" and type(site["fn"]).__name__ != "_Subsample"
-    ]
-
-
-def _max_plate_nesting(trace):
-    dims = [-f.dim for site in _sample_sites(trace) for f in site["cond_indep_stack"] if f.vectorized and f.dim is not None]
+def max_plate_nesting(trace):
+    dims = [-f.dim for site in sample_sites(trace) for f in site["cond_indep_stack"] if f.vectorized and f.dim is not None]
     return max(dims, default=0)
 
 
-def _check_all_latents_discrete(trace, helper):
-    for site in _sample_sites(trace):
-        if site["is_observed"]:
-            continue
-        if not getattr(site["fn"], "has_enumerate_support", False):
-            raise ValueError(messages.not_enumerable_message(helper, site["name"], type(unwrap(site["fn"])[0]).__name__))
+def check_given(trace, given):
+    messages.check_given(given, [site["name"] for site in sample_sites(trace)])
 
 
-def _check_full_data(trace, helper):
+def check_all_latents_discrete(trace):
+    for site in sample_sites(trace):
+        if not site["is_observed"] and not getattr(site["fn"], "has_enumerate_support", False):
+            raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
+
+
+def check_full_data(trace):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""
-    for site in trace.nodes.values():
-        if site["type"] == "sample" and type(site["fn"]).__name__ == "_Subsample" and site["value"] is not None:
-            messages.check_full_plate(helper, site["name"], len(site["value"]), site["fn"].size)
+    for site in sample_sites(trace):
+        for frame in site["cond_indep_stack"]:
+            messages.check_full_plate(frame.name, frame.size, frame.full_size)
 
 
-def _no_guide(*args, **kwargs):
+def replayed_traces(model, guide, args, kwargs):
+    """(model trace, guide trace), unscored: the guide traced and the model replayed against it --
+    which sites there are, not their densities."""
+    guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+    return poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
+
+
+def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf):
+    """(model trace, guide trace) with every site's log_prob: the guide traced and the model replayed
+    against it, by the host's ``get_importance_trace`` (which also checks that model and guide match
+    and that each site's shape fits its plates, under Pyro's validation). A latent site the guide
+    leaves out is drawn by the model from its prior, which is then its proposal (:func:`log_weights`;
+    the structured-prediction bound and the discrete graph's proposal rely on it), so the host's
+    warning about such sites is not given."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Found vars in model but not guide")
+        return get_importance_trace("flat", max_plate_nesting, model, guide, args, kwargs)
+
+
+def no_guide(*args, **kwargs):
     pass
 
 
 def _relaxed_latents(trace):
     return {
         site["name"]
-        for site in _sample_sites(trace)
+        for site in sample_sites(trace)
         if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)
     }
 
@@ -227,11 +247,11 @@ class _MarginalMessenger(Messenger):
             msg["fn"] = _Marginal(msg["fn"], keep)
 
 
-def _marginalize(guide, marginals):
+def marginalize(guide, marginals):
     return _MarginalMessenger(marginals)(guide) if marginals else guide
 
 
-def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
+def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     """Which guide sites to discretize, which to hide and which to marginalize for the discrete
     graph's proposal.
 
@@ -250,17 +270,16 @@ def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
         kept}, the model's plate nesting).
     """
     with torch.no_grad(), poutine.block():
-        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        model_trace, guide_trace = replayed_traces(model, guide, args, kwargs)
     for trace in (guide_trace, model_trace):
-        _check_full_data(trace, "discrete_log_likelihood")
+        check_full_data(trace)
     relaxed = _relaxed_latents(model_trace)
-    guide_sites = {site["name"]: site for site in _sample_sites(guide_trace)}
+    guide_sites = {site["name"]: site for site in sample_sites(guide_trace)}
     discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
     hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
-    _check_given(model_trace, given, "discrete_log_likelihood")
+    check_given(model_trace, given)
     hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
-    model_sites = {site["name"] for site in _sample_sites(model_trace)}
+    model_sites = {site["name"] for site in sample_sites(model_trace)}
     auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
     for name, layout in auxiliary.items():
         fed_hidden = hidden & set(layout)
@@ -275,8 +294,8 @@ def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
             if site not in hidden:
                 keep[coordinates] = True
         if _marginal_log_prob(joint, value, keep) is None:
-            raise ValueError(
-                f"discrete_log_likelihood: guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
+            raise messages.ModelError(
+                f"guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
                 f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
                 "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
                 "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
@@ -285,93 +304,97 @@ def _proposal(model, guide, args, kwargs, autoguide=None, given=None):
         marginals[name] = keep
     unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
     if unattributed:
-        raise ValueError(
-            f"discrete_log_likelihood: guide site(s) {sorted(unattributed)} have no model counterpart; "
+        raise messages.ModelError(
+            f"guide site(s) {sorted(unattributed)} have no model counterpart; "
             "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
             "an autoguide such as AutoNormal), and these cannot be attributed to a site"
         )
-    return discretized, hidden, marginals, _max_plate_nesting(model_trace)
+    return discretized, hidden, marginals, max_plate_nesting(model_trace)
 
 
-def _per_particle(log_prob, site, particle_dim, plate, caller):
+# ----------------------------------------------------------------------------- importance weights
+
+
+def per_particle(log_prob, site, particle_dim, plate):
     """A site's log_prob summed to shape (num_particles,) or (num_particles, plate size)."""
     log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
     keep = {log_prob.dim() + particle_dim}
     if plate is not None:
         frames = [f for f in site["cond_indep_stack"] if f.name == plate]
         if not frames:
-            raise ValueError(messages.outside_plate_message(caller, site["name"], plate))
+            raise messages.outside_plate(site["name"], plate)
         keep.add(log_prob.dim() + frames[0].dim)
     dims = [d for d in range(log_prob.dim()) if d not in keep]
     return log_prob.sum(dims) if dims else log_prob
 
 
-def _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals=False):
+def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=False):
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
-    proposal: its log p cancels against its log q and is left out. ``given_globals`` (per-element
+    proposal: its log p cancels against its log q and is left out. ``globals_given`` (per-element
     bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
     are left out, and a latent outside it raises.
     """
     total = 0.0
-    proposed = {site["name"] for site in _sample_sites(guide_trace)}
+    proposed = {site["name"] for site in sample_sites(guide_trace)}
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
-        trace.compute_log_prob()
-        for site in _sample_sites(trace):
+        for site in sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:
                 continue
-            if given_globals and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
+            if globals_given and plate is not None and not any(f.name == plate for f in site["cond_indep_stack"]):
                 if site["is_observed"]:
                     continue
-                raise ValueError(messages.global_latent_message(caller, site["name"], plate))
-            total = total + sign * _per_particle(site["log_prob"], site, particle_dim, plate, caller)
+                raise messages.global_latent(site["name"], plate)
+            total = total + sign * per_particle(site["log_prob"], site, particle_dim, plate)
     return total
 
 
-def _vectorized_traces(model, guide, args, kwargs, num_particles, max_plate_nesting, caller):
+def particle_traces(model, guide, args, kwargs, *, num_particles, max_plate_nesting):
     """(model trace, guide trace, particle dim) of m particles drawn in parallel in a plate left of
     the model's plates (``num_particles=None``: one, without that plate)."""
     particle_dim = -1 - max_plate_nesting
+    if num_particles is None:  # one particle, as the model is written: no particle plate
+        traces = importance_traces(model, guide, args, kwargs, max_plate_nesting=max_plate_nesting)
+        return (*traces, particle_dim)
 
     def vectorized(fn):
-        if num_particles is None:  # one particle, as the model is written: no particle plate
-            return fn
-
         def run(*a, **k):
-            with pyro.plate(f"_{caller}_particles", num_particles, dim=particle_dim):
+            with pyro.plate("_particles", num_particles, dim=particle_dim):
                 return fn(*a, **k)
 
         return run
 
-    guide_trace = poutine.trace(vectorized(guide)).get_trace(*args, **kwargs)
-    model_trace = poutine.trace(poutine.replay(vectorized(model), trace=guide_trace)).get_trace(*args, **kwargs)
-    return model_trace, guide_trace, particle_dim
+    traces = importance_traces(vectorized(model), vectorized(guide), args, kwargs, max_plate_nesting=-particle_dim)
+    return (*traces, particle_dim)
 
 
-def _importance_bound(model, guide, args, kwargs, num_particles, plate, max_plate_nesting, caller, given_globals=False):
+def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_plate_nesting, globals_given=False):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
-    a plate left of the model's plates: a scalar, or one bound per element of ``plate``."""
-    if not (isinstance(num_particles, int) and num_particles >= 1):
-        raise ValueError(f"{caller}: num_particles must be a positive integer, got {num_particles!r}")
+    a plate left of the model's plates: a scalar, or one bound per element of ``plate``.
+    ``globals_given``: the discrete graph's per-element bound, with globals conditioned (see
+    :func:`log_weights`)."""
+    messages.check_num_particles(num_particles)
 
-    def log_weights(count):
-        model_trace, guide_trace, particle_dim = _vectorized_traces(model, guide, args, kwargs, count, max_plate_nesting, caller)
-        return _log_weights(model_trace, guide_trace, particle_dim, plate, caller, given_globals)
+    def weights(count):
+        traces = particle_traces(model, guide, args, kwargs, num_particles=count, max_plate_nesting=max_plate_nesting)
+        return log_weights(*traces, plate, globals_given=globals_given)
 
     if num_particles == 1:  # one particle: the model as written, no particle plate
-        return torch.logsumexp(log_weights(None), dim=0)
+        return torch.logsumexp(weights(None), dim=0)
     try:
-        weights = log_weights(num_particles)
+        drawn = weights(num_particles)
     except (RuntimeError, ValueError) as error:
+        if isinstance(error, messages.ModelError):  # not a shape: the model's own problem, at any m
+            raise
         # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
         # over the particle dimension: then one particle at a time (a failure there is the model's own)
-        weights = torch.cat([log_weights(None) for _ in range(num_particles)])
+        drawn = torch.cat([weights(None) for _ in range(num_particles)])
         warnings.warn(
-            f"{caller}: the model or guide does not broadcast over a leftmost particle dimension "
+            f"the model or guide does not broadcast over a leftmost particle dimension "
             f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); drew the {num_particles} particles one "
             "at a time, which is slower (see the docstring)",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
-    return torch.logsumexp(weights, dim=0) - math.log(num_particles)
+    return torch.logsumexp(drawn, dim=0) - math.log(num_particles)

@@ -9,24 +9,27 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 
+from concrete_common.messages import named_errors
+
 from ._traces import (
-    _check_all_latents_discrete,
-    _check_full_data,
-    _check_given,
-    _importance_bound,
-    _marginalize,
-    _max_plate_nesting,
-    _no_guide,
-    _proposal,
-    _sample_sites,
-    _with_given,
-    _with_params,
+    marginalize,
+    check_all_latents_discrete,
+    check_full_data,
+    check_given,
+    importance_bound,
+    max_plate_nesting,
+    no_guide,
+    proposal,
+    sample_sites,
+    with_given,
+    with_params,
 )
 from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
 
+@named_errors("marginal_log_likelihood")
 def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
@@ -40,22 +43,30 @@ def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a scalar tensor, differentiable with respect to the parameters.
     """
-    model = _with_given(_with_params(model, params), given)
-    with torch.no_grad(), poutine.block():
-        trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
-    _check_given(trace, given, "marginal_log_likelihood")
-    _check_all_latents_discrete(trace, "marginal_log_likelihood")
-    _check_full_data(trace, "marginal_log_likelihood")
-    elbo = TraceEnum_ELBO(max_plate_nesting=_max_plate_nesting(trace))
+    model = with_given(with_params(model, params), given)
+    trace = _checked_discrete_trace(model, args, kwargs, given)
+    elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting(trace))
     enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
     try:
-        return -elbo.differentiable_loss(enumerated, _no_guide, *args, **kwargs)
+        return -elbo.differentiable_loss(enumerated, no_guide, *args, **kwargs)
     except ValueError as error:  # raised when no parameter requires a gradient
         if "cannot be differentiated" not in str(error):
             raise
-        return torch.tensor(-elbo.loss(enumerated, _no_guide, *args, **kwargs), dtype=torch.float64)
+        return torch.tensor(-elbo.loss(enumerated, no_guide, *args, **kwargs), dtype=torch.float64)
 
 
+def _checked_discrete_trace(model, args, kwargs, given):
+    """A trace of the model's discrete graph, after the checks of the exact helpers: ``given`` names
+    sites of the model, every latent is enumerable, and no plate subsamples."""
+    with torch.no_grad(), poutine.block():
+        trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
+    check_given(trace, given)
+    check_all_latents_discrete(trace)
+    check_full_data(trace)
+    return trace
+
+
+@named_errors("map_assignment")
 def map_assignment(model, *args, params=None, given=None, **kwargs):
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
@@ -66,9 +77,10 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
     :returns: dict from site name to its value in the site's own sample space (one-hot vectors for
         Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, ±inf for LogitBinConcrete).
     """
-    return _assignment(model, args, kwargs, params, given, 0, "map_assignment")
+    return _assignment(model, args, kwargs, params, given, temperature=0)
 
 
+@named_errors("sample_assignment")
 def sample_assignment(model, *args, params=None, given=None, **kwargs):
     """One draw of the Concrete-family latent sites from their exact posterior under the discrete
     graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
@@ -81,7 +93,7 @@ def sample_assignment(model, *args, params=None, given=None, **kwargs):
     :returns: dict from site name to its value in the site's own sample space, as
         :func:`map_assignment`.
     """
-    return _assignment(model, args, kwargs, params, given, 1, "sample_assignment")
+    return _assignment(model, args, kwargs, params, given, temperature=1)
 
 
 def _is_relaxed_sample(msg):
@@ -129,30 +141,28 @@ class Predictive(pyro.infer.Predictive):
         if self.return_sites:
             names = self.return_sites
         else:
-            names = [site["name"] for site in _sample_sites(trace) if self.guide is not None or site["name"] not in given]
+            names = [site["name"] for site in sample_sites(trace) if self.guide is not None or site["name"] not in given]
         return {name: trace.nodes[name]["value"] for name in names}
 
 
-def _assignment(model, args, kwargs, params, given, temperature, helper):
-    model = _with_given(_with_params(model, params), given)
+def _assignment(model, args, kwargs, params, given, temperature):
+    model = with_given(with_params(model, params), given)
+    trace = _checked_discrete_trace(model, args, kwargs, given)
     with torch.no_grad(), poutine.block():
-        trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
-        _check_given(trace, given, helper)
-        _check_all_latents_discrete(trace, helper)
-        _check_full_data(trace, helper)
         swap = DiscreteMessenger(mode="enumerate")
         decoded = infer_discrete(
-            config_enumerate(swap(model)), first_available_dim=-1 - _max_plate_nesting(trace), temperature=temperature
+            config_enumerate(swap(model)), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
         )
         trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap.index_to_value
     return {
         site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
-        for site in _sample_sites(trace)
+        for site in sample_sites(trace)
         if not site["is_observed"]
     }
 
 
+@named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, **kwargs):
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
@@ -196,12 +206,12 @@ def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, pa
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
     autoguide = guide
-    model, guide = _with_given(_with_params(model, params), given), _with_params(guide, params)
-    discretized, hidden, marginals, max_plate_nesting = _proposal(model, guide, args, kwargs, autoguide, given)
-    guide = _marginalize(guide, marginals)
+    model, guide = with_given(with_params(model, params), given), with_params(guide, params)
+    discretized, hidden, marginals, nesting = proposal(model, guide, args, kwargs, autoguide, given)
+    guide = marginalize(guide, marginals)
     guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
     model_d = discrete(model, mode="sample")
     with torch.no_grad():
-        return _importance_bound(
-            model_d, guide_d, args, kwargs, num_particles, plate, max_plate_nesting, "discrete_log_likelihood", given_globals=True
+        return importance_bound(
+            model_d, guide_d, args, kwargs, num_particles=num_particles, plate=plate, max_plate_nesting=nesting, globals_given=True
         )

@@ -1,5 +1,7 @@
-"""Multi-sample objectives for SVI: the importance-weighted bound L_m of the paper's section 5 (on
-the relaxed or the discrete graph) and VIMCO's score-function estimator of its gradient."""
+"""SVI objectives: the importance-weighted bound L_m of the paper's section 5 (on the relaxed or the
+discrete graph), the score-function estimators of the discrete graph's gradient (a learned baseline
+at m = 1, VIMCO's leave-one-out baseline at m > 1), and Louizos et al.'s expected-L0 objective for
+Hard Concrete gates."""
 
 import math
 import weakref
@@ -9,16 +11,24 @@ import torch
 from pyro import poutine
 from pyro.infer import ELBO
 
+from concrete_common import messages
+from concrete_common.messages import named_errors
+
 from ._traces import (
-    _importance_bound,
-    _log_weights,
-    _max_plate_nesting,
-    _per_particle,
-    _sample_sites,
-    _vectorized_traces,
+    importance_bound,
+    importance_traces,
+    log_weights,
+    max_plate_nesting,
+    particle_traces,
+    per_particle,
+    replayed_traces,
+    sample_sites,
 )
 
-__all__ = ["ImportanceWeightedELBO", "VIMCO", "JitImportanceWeightedELBO", "JitVIMCO"]
+from .hard_concrete import HardConcrete
+from .handlers import unwrap
+
+__all__ = ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO", "L0Objective", "JitImportanceWeightedELBO", "JitVIMCO"]
 
 
 class ImportanceWeightedELBO(ELBO):
@@ -41,30 +51,29 @@ class ImportanceWeightedELBO(ELBO):
         self._max_plate_nesting = None
 
     def _get_trace(self, model, guide, args, kwargs):
-        """One particle's (model trace, guide trace)."""
-        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-        return model_trace, guide_trace
+        """One particle's (model trace, guide trace), the host's ``ELBO`` interface."""
+        return importance_traces(model, guide, args, kwargs)
 
     def _setup(self, model, guide, args, kwargs):
         with torch.no_grad(), poutine.block():
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         self._check_guide(guide_trace)
-        self._max_plate_nesting = max(_max_plate_nesting(model_trace), _max_plate_nesting(guide_trace))
+        self._max_plate_nesting = max(max_plate_nesting(model_trace), max_plate_nesting(guide_trace))
 
     def _check_guide(self, guide_trace):
-        for site in _sample_sites(guide_trace):
+        for site in sample_sites(guide_trace):
             if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False):
-                raise ValueError(
-                    f"ImportanceWeightedELBO: guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
+                raise messages.ModelError(
+                    f"guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
                     "is not reparameterized; relax it (Concrete family) or use VIMCO, a score-function estimator"
                 )
 
+    @named_errors()
     def differentiable_loss(self, model, guide, *args, **kwargs):
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
-        bound = _importance_bound(
-            model, guide, args, kwargs, self.num_particles, self.plate, self._max_plate_nesting, "ImportanceWeightedELBO"
+        bound = importance_bound(
+            model, guide, args, kwargs, num_particles=self.num_particles, plate=self.plate, max_plate_nesting=self._max_plate_nesting
         )
         return -bound.sum()
 
@@ -89,28 +98,27 @@ class VIMCO(ImportanceWeightedELBO):
     :param str plate: the data plate, or None.
     """
 
+    @named_errors()
     def __init__(self, num_particles=2, plate=None):
-        if not (isinstance(num_particles, int) and num_particles >= 2):
-            raise ValueError(
-                f"VIMCO: num_particles must be an integer >= 2 (the leave-one-out baseline needs two), got {num_particles!r}"
-            )
+        messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
     def _check_guide(self, guide_trace):
         pass  # any guide: discrete sites get the score-function gradient
 
+    @named_errors()
     def differentiable_loss(self, model, guide, *args, **kwargs):
         """-sum L_m in value; its gradient is VIMCO's."""
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
         m = self.num_particles
-        model_trace, guide_trace, particle_dim = _vectorized_traces(
-            model, guide, args, kwargs, m, self._max_plate_nesting, "VIMCO"
+        model_trace, guide_trace, particle_dim = particle_traces(
+            model, guide, args, kwargs, num_particles=m, max_plate_nesting=self._max_plate_nesting
         )
-        log_w = _log_weights(model_trace, guide_trace, particle_dim, self.plate, "VIMCO")
+        log_w = log_weights(model_trace, guide_trace, particle_dim, self.plate)
         log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
-            _per_particle(site["log_prob"], site, particle_dim, self.plate, "VIMCO")
-            for site in _sample_sites(guide_trace)
+            per_particle(site["log_prob"], site, particle_dim, self.plate)
+            for site in sample_sites(guide_trace)
             if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False)
         )
         bound = torch.logsumexp(log_w, 0) - math.log(m)
@@ -121,6 +129,92 @@ class VIMCO(ImportanceWeightedELBO):
         learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
         surrogate = bound + (learning_signal * log_q).sum(0)
         return -surrogate.sum() + (surrogate - bound).sum().detach()
+
+
+class ScoreFunctionELBO(ImportanceWeightedELBO):
+    """The ELBO for guides with discrete sites, with the score-function (REINFORCE) gradient and a
+    learned baseline -- the paper's baseline estimator at m = 1 (:class:`VIMCO` at m > 1). Per element
+    n of ``plate`` (with ``plate=None``, all observations jointly) the surrogate is
+
+        elbo_n + sum_s stop_gradient(elbo_n - b_sn) log q(z_sn)  +  sum_b (stop_gradient(elbo_n) - b_n)^2
+
+    over the guide's sites s without a reparameterized sampler; ``b_s`` is the baseline the guide gives
+    a site as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
+    network of the data; 0 where none is given), fitted to elbo_n by squared error, once per distinct
+    baseline (several sites may share one). Reparameterized sites get pathwise gradients. Unbiased
+    for the ELBO's gradient whatever the baselines; the learning signal of a site is the whole
+    element's ELBO (no Rao-Blackwellization over the dependency graph, unlike ``TraceGraph_ELBO``).
+    The loss value is ``-ELBO``; the other terms only contribute gradients.
+
+    :param str plate: the data plate, or None.
+    """
+
+    def __init__(self, plate=None):
+        super().__init__(num_particles=1, plate=plate)
+
+    def _check_guide(self, guide_trace):
+        pass  # any guide: discrete sites get the score-function gradient
+
+    @named_errors()
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        """-ELBO in value; its gradient is the score-function estimator's, baselines included."""
+        if self._max_plate_nesting is None:
+            self._setup(model, guide, args, kwargs)
+        model_trace, guide_trace, particle_dim = particle_traces(
+            model, guide, args, kwargs, num_particles=None, max_plate_nesting=self._max_plate_nesting
+        )
+        elbo = log_weights(model_trace, guide_trace, particle_dim, self.plate).squeeze(0)
+        signal, score, fit, fitted = elbo.detach(), 0.0, 0.0, []
+        for site in sample_sites(guide_trace):
+            if site["is_observed"] or getattr(site["fn"], "has_rsample", False):
+                continue
+            baseline = messages.baseline_value(site["name"], site["infer"])
+            log_q = per_particle(site["log_prob"], site, particle_dim, self.plate).squeeze(0)
+            score = score + ((signal - (0.0 if baseline is None else baseline.detach())) * log_q).sum()
+            if baseline is not None and not any(baseline is b for b in fitted):
+                fitted.append(baseline)
+                fit = fit + ((signal - baseline) ** 2).sum()
+        extra = fit - score
+        return -elbo.sum() + extra - extra.detach()
+
+
+class L0Objective(ELBO):
+    """Louizos, Welling & Kingma's (2018) objective for Hard Concrete gates:
+    ``-E_q log p(observations | gates) + l0 * sum_j P_q(gate_j != 0)``, one sample of the guide. The
+    log-likelihood of the model's observed sites is scaled by their plates (subsampling); the
+    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites.
+    Not the ELBO: ``log q(z) - log p(z)`` jumps where a clipped gate sample crosses 0, so its
+    pathwise gradient is biased; the expected L0 norm replaces the KL term (eq. 3 and 12 there).
+
+    :param float l0: lambda, the nats charged per open gate.
+    """
+
+    def __init__(self, l0):
+        super().__init__(num_particles=1)
+        self.l0 = l0
+
+    def _get_trace(self, model, guide, args, kwargs):
+        return replayed_traces(model, guide, args, kwargs)
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+        model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the plates
+        log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
+        expected_l0 = sum(
+            unwrap(site["fn"])[0].prob_nonzero.sum()
+            for site in sample_sites(guide_trace)
+            if isinstance(unwrap(site["fn"])[0], HardConcrete)
+        )
+        return -log_likelihood + self.l0 * expected_l0
+
+    def loss(self, model, guide, *args, **kwargs):
+        with torch.no_grad():
+            return self.differentiable_loss(model, guide, *args, **kwargs).item()
+
+    def loss_and_grads(self, model, guide, *args, **kwargs):
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss.backward()
+        return loss.item()
 
 
 class _Compiled:
@@ -134,6 +228,7 @@ class _Compiled:
         self.ignore_jit_warnings, self.jit_options = ignore_jit_warnings, jit_options
         self._compiled = None
 
+    @named_errors()
     def differentiable_loss(self, model, guide, *args, **kwargs):
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)

@@ -366,7 +366,7 @@ def test_helpers_evaluate_the_whole_data_and_refuse_a_subsampled_plate(backend, 
 
     run = getattr(backend.lib, helper)
     call = (lambda size: run(model, guide, data, size)) if helper == "discrete_log_likelihood" else (lambda size: run(model, data, size))
-    with pytest.raises(ValueError, match=rf"{helper} evaluates the whole data set, but plate 'data' subsamples 20 of its 50"):
+    with pytest.raises(ValueError, match=rf"{helper}: the whole data set is evaluated, but plate 'data' subsamples 20 of its 50"):
         call(20)
     if helper == "map_assignment":
         np.testing.assert_array_equal(backend.numpy(call(None)["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])

@@ -85,8 +85,8 @@ class Backend:
 
     # ------------------------------------------------------------------ PPL primitives
 
-    def site(self, name, d, obs=None):
-        return numpyro.sample(name, d, obs=obs)
+    def site(self, name, d, obs=None, infer=None):
+        return numpyro.sample(name, d, obs=obs, infer=infer)
 
     def param(self, name, init, dtype="float64"):
         return numpyro.param(name, jnp.asarray(np.asarray(init), dtype=_DTYPES[dtype]))

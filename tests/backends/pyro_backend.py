@@ -79,8 +79,8 @@ class Backend:
 
     # ------------------------------------------------------------------ PPL primitives
 
-    def site(self, name, d, obs=None):
-        return pyro.sample(name, d, obs=obs)
+    def site(self, name, d, obs=None, infer=None):
+        return pyro.sample(name, d, obs=obs, infer=infer)
 
     def param(self, name, init, dtype="float64"):
         return pyro.param(name, lambda: torch.as_tensor(np.asarray(init), dtype=_DTYPES[dtype]))

@@ -1,0 +1,105 @@
+"""The score-function losses of the package beside VIMCO: ``ScoreFunctionELBO`` (REINFORCE with a
+learned baseline, the paper's m = 1 baseline estimator) is an unbiased estimate of the ELBO and of
+its gradient, checked against the exact expectation by enumerating a small model, its baseline
+fitted by the exact gradient of the squared error; ``L0Objective`` is Louizos et al.'s objective,
+value and gradient in closed form."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import expit, log_expit
+
+from tests.test_vimco import DATA, PHI, PRIOR_LOGITS, _z_scores
+
+SEEDS = 2000
+BASELINE = np.array([-3.0, -1.0])  # the guide's initial baselines, one per data point
+
+
+def _problem(backend, baseline):
+    """z_n ~ Bernoulli(sigmoid 0.3), x_n ~ Normal(2 z_n, 1); guide z_n ~ Bernoulli(sigmoid phi_n),
+    with a learned baseline b_n given as Pyro's TraceGraph_ELBO reads it (or none)."""
+
+    def model(x):
+        with backend.plate("data", 2):
+            z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
+            backend.site("x", backend.normal(2.0 * z, 1.0), obs=x)
+
+    def guide(x):
+        phi = backend.param("phi", PHI)
+        infer = {"baseline": {"baseline_value": backend.param("b", BASELINE)}} if baseline else None
+        with backend.plate("data", 2):
+            backend.site("z", backend.lib.limits.Bernoulli(logits=phi), infer=infer)
+
+    return model, guide
+
+
+def _expected_elbo(phi):
+    """E_q[log p(x_n, z_n) - log q(z_n)] per data point, by enumerating z_n."""
+    q1 = expit(phi)
+    terms = []
+    for z, q in ((1, q1), (0, 1 - q1)):
+        log_p = np.where(z, log_expit(PRIOR_LOGITS), log_expit(-PRIOR_LOGITS)) + stats.norm.logpdf(DATA, 2.0 * z, 1.0)
+        terms.append(q * (log_p - np.log(q)))
+    return terms[0] + terms[1]
+
+
+@pytest.mark.parametrize("plate, baseline", [("data", True), (None, False)], ids=["per-point-with-baseline", "joint-without"])
+def test_score_function_elbo_is_unbiased_for_the_elbo_and_its_gradient(backend, plate, baseline):
+    """2000 seeds: the mean loss and mean gradient within 5 standard errors of -sum E[elbo_n] and its
+    exact gradient (finite differences of the enumeration); the baselines' mean gradient within 5
+    standard errors of the exact gradient of sum_n E[(elbo_n - b_n)^2], -2 (E[elbo_n] - b_n).
+    |z| > 5 has probability 6e-7 per check."""
+    model, guide = _problem(backend, baseline)
+    loss = backend.lib.ScoreFunctionELBO(plate=plate)
+    values, grads = backend.loss_samples(model, guide, backend.array(DATA), loss=loss, seeds=range(1, SEEDS + 1))
+    assert _z_scores(values, -_expected_elbo(PHI).sum()).max() < 5
+    h = 1e-6
+    exact = np.array([-(_expected_elbo(PHI + h * e) - _expected_elbo(PHI - h * e)).sum() / (2 * h) for e in np.eye(2)])
+    assert np.abs(exact).min() > 0.05  # a gradient with signal in both coordinates
+    assert _z_scores(grads["phi"], exact).max() < 5
+    if baseline:
+        fit = -2 * (_expected_elbo(PHI) - BASELINE)
+        assert np.abs(fit).min() > 0.5 and _z_scores(grads["b"], fit).max() < 5
+    else:
+        assert set(grads) == {"phi"}
+
+
+def test_score_function_elbo_refuses_baseline_options_it_does_not_implement(backend):
+    def guide(x):
+        phi = backend.param("phi", PHI)
+        with backend.plate("data", 2):
+            backend.site("z", backend.lib.limits.Bernoulli(logits=phi), infer={"baseline": {"use_decaying_avg_baseline": True}})
+
+    model, _ = _problem(backend, baseline=False)
+    with pytest.raises(ValueError, match=r"ScoreFunctionELBO: site 'z': infer\['baseline'\] holds \['use_decaying_avg_baseline'\]"):
+        backend.loss_samples(model, guide, backend.array(DATA), loss=backend.lib.ScoreFunctionELBO(plate="data"), seeds=[1])
+
+
+LOG_ALPHA = np.array([0.3, -1.0, 2.0])
+
+
+def test_l0_objective_is_the_scaled_likelihood_plus_the_expected_l0_norm(backend):
+    """The observations do not depend on the gates, so the objective is exact at every seed: minus the
+    log-likelihood of the subsample, scaled to the plate's size (4 of 8), plus l0 times the closed-form
+    expected number of open gates (Louizos et al. eq. 12); its gradient in log alpha is l0 times that
+    of the expected L0 norm."""
+    temperature, l0, low, high = 2 / 3, 0.7, -0.1, 1.1
+    y = backend.array(np.full(4, 0.5))
+
+    def model(y):
+        with backend.plate("units", 3):
+            backend.site("gates", backend.lib.HardConcrete(temperature, logits=backend.array(np.zeros(3))))
+        with backend.plate("data", 8, subsample_size=4):
+            backend.site("y", backend.normal(0.0, 1.0), obs=y)
+
+    def guide(y):
+        log_alpha = backend.param("log_alpha", LOG_ALPHA)
+        with backend.plate("units", 3):
+            backend.site("gates", backend.lib.HardConcrete(temperature, logits=log_alpha))
+
+    values, grads = backend.loss_samples(model, guide, y, loss=backend.lib.L0Objective(l0), seeds=range(1, 4))
+    shift = temperature * np.log(-low / high)
+    expected = -2 * stats.norm.logpdf(0.5, 0.0, 1.0) * 4 + l0 * expit(LOG_ALPHA - shift).sum()
+    np.testing.assert_allclose(values, expected, rtol=1e-10)
+    slope = expit(LOG_ALPHA - shift) * expit(-(LOG_ALPHA - shift))
+    np.testing.assert_allclose(grads["log_alpha"], np.broadcast_to(l0 * slope, (3, 3)), rtol=1e-8)
