@@ -1,8 +1,11 @@
-"""The argument checks of the temperature schedules (``temperature.py`` in each package): plain
-Python numbers, before any schedule exists."""
+"""The temperature schedules on plain Python numbers, and their argument checks. ``pyro_concrete``
+exports these as they are (a Python float per step, which the model takes as a tensor);
+``numpyro_concrete.temperature`` computes the same formulas on JAX values, so that a traced step
+works inside ``jit``."""
 
 import math
 import numbers
+from typing import Callable
 
 
 def positive(schedule, name, x):
@@ -30,3 +33,42 @@ def linear_decay_arguments(initial, final, steps):
 
 def step_error(schedule, step):
     return ValueError(f"{schedule}: step must be >= 0, got {step}")
+
+
+def _check_step(schedule, step):
+    if step < 0:
+        raise step_error(schedule, step)
+
+
+def exponential_decay(initial: float = 1.0, rate: float = 1e-4, floor: float = 0.5, every: int = 1) -> Callable[[int], float]:
+    """max(floor, initial * exp(-rate * step)), with step rounded down to a multiple of ``every``
+    (Jang et al. 2017 anneal as max(0.5, exp(-r t)) every N steps)."""
+    initial, rate, floor, every = exponential_decay_arguments(initial, rate, floor, every)
+
+    def schedule(step: int) -> float:
+        _check_step("exponential_decay", step)
+        return max(floor, initial * math.exp(-rate * (step // every * every)))
+
+    return schedule
+
+
+def linear_decay(initial: float, final: float, steps: int) -> Callable[[int], float]:
+    """From ``initial`` at step 0 to ``final`` at ``steps``, linearly, then constant."""
+    initial, final, steps = linear_decay_arguments(initial, final, steps)
+
+    def schedule(step: int) -> float:
+        _check_step("linear_decay", step)
+        return initial + (final - initial) * min(step / steps, 1.0)
+
+    return schedule
+
+
+def constant(value: float) -> Callable[[int], float]:
+    """The same temperature at every step."""
+    value = positive("constant", "value", value)
+
+    def schedule(step: int) -> float:
+        _check_step("constant", step)
+        return value
+
+    return schedule

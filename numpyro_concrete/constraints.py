@@ -16,11 +16,13 @@ inputs with NumPy and JAX arrays with JAX.
 """
 
 import math
+from typing import Any, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
+from jax.typing import ArrayLike, DTypeLike
 from numpyro.distributions import constraints
 
 from concrete_common import floats
@@ -32,12 +34,15 @@ __all__ = [
 ]
 
 
-def simplex_tolerance(value):
+Values = Union[jax.Array, np.ndarray]  # what a constraint checks: JAX or NumPy arrays
+
+
+def simplex_tolerance(value: Values) -> float:
     """How far a correctly computed point of the simplex of ``value``'s dtype may be from it."""
     return floats.simplex_tolerance(float(jnp.finfo(jnp.result_type(value)).eps), jnp.shape(value)[-1])
 
 
-def _namespace(x):
+def _namespace(x: Values) -> Any:
     """NumPy for NumPy inputs and numbers, JAX for JAX arrays (NumPyro's own constraints' rule)."""
     return jnp if isinstance(x, jax.Array) else np
 
@@ -59,13 +64,13 @@ class _LogSimplex(constraints._SingletonConstraint):
 
     event_dim = 1
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         return _in_log_simplex(value)
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.full_like(prototype, -math.log(jnp.shape(prototype)[-1]))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "LogSimplex()"
 
 
@@ -75,14 +80,14 @@ class _KeepsValues:
     longer carries the log coordinates of the unmasked entries; without it, the value is scored as
     it is and the masked entries are discarded."""
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         raise NotImplementedError
 
 
 class _Simplex(_KeepsValues, constraints._Simplex):
     """The probability simplex, with a float tolerance from the value's dtype."""
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         return _in_simplex(value)
 
 
@@ -93,7 +98,7 @@ class _UnitInterval(_KeepsValues, constraints._UnitInterval):
     temperature, and the density has a limit (possibly ±inf) there.
     """
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "UnitInterval()"
 
 
@@ -101,7 +106,7 @@ class _Real(constraints._Real):
     """The real line, the support of LogitBinConcrete; the check admits the limits ±inf (as torch's
     ``real`` does), where the zero-temperature limit puts its values."""
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         return value == value
 
 
@@ -111,10 +116,10 @@ class _OneHot(constraints._SingletonConstraint):
     is_discrete = True
     event_dim = 1
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.zeros_like(prototype).at[..., 0].set(1)
 
 
@@ -124,14 +129,14 @@ class _LogOneHot(constraints._SingletonConstraint):
     is_discrete = True
     event_dim = 1
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         is_zero = value == 0
         return (is_zero | jnp.isneginf(value)).all(-1) & (is_zero.sum(-1) == 1)
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.full_like(prototype, -jnp.inf).at[..., 0].set(0)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "LogOneHot()"
 
 
@@ -140,13 +145,13 @@ class _PlusMinusInfinity(constraints._SingletonConstraint):
 
     is_discrete = True
 
-    def __call__(self, value):
+    def __call__(self, value: Values) -> Values:
         return jnp.isinf(value)
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.full_like(prototype, -jnp.inf)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PlusMinusInfinity()"
 
 
@@ -156,11 +161,11 @@ class _PlusMinusInfinity(constraints._SingletonConstraint):
 class _PositiveFinite(constraints._Positive):
     """(0, inf), a temperature: positive and finite (NumPyro's ``positive`` admits +inf)."""
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         xp = _namespace(x)
         return (x > 0) & xp.isfinite(x)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PositiveFinite()"
 
 
@@ -171,19 +176,19 @@ class _ResolvableReal(constraints._SingletonConstraint):
     event_dim = 0
 
     @staticmethod
-    def bound(dtype):
+    def bound(dtype: DTypeLike) -> float:
         info = jnp.finfo(dtype)
         return floats.logits_bounds(float(info.eps), float(info.max))[0]
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         xp = _namespace(x)
         ok = xp.abs(x) <= self.bound(xp.result_type(x))  # False for NaN and infinities
         return ok.all(-1) if self.event_dim else ok
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.zeros_like(prototype)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ResolvableReal()"
 
 
@@ -192,7 +197,7 @@ class _ResolvableRealVector(_ResolvableReal):
 
     event_dim = 1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ResolvableRealVector()"
 
 
@@ -200,38 +205,38 @@ class _PositiveSimplex(constraints._Simplex):
     """Probabilities of a categorical: positive entries summing to 1 within the simplex tolerance
     (one may round to 1 beside positive ones: a float vector of finite logits)."""
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         xp = _namespace(x)
         return (x > 0).all(-1) & (xp.abs(x.sum(-1) - 1) <= simplex_tolerance(x))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PositiveSimplex()"
 
 
 class _OpenUnitInterval(constraints._SingletonConstraint):
     """(0, 1), endpoints excluded: a binary probability (0 and 1 are infinite logits)."""
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         return (x > 0) & (x < 1)
 
-    def feasible_like(self, prototype):
+    def feasible_like(self, prototype: ArrayLike) -> ArrayLike:
         return jnp.full_like(prototype, 0.5)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "OpenUnitInterval()"
 
 
 class _FiniteLessThan(constraints._LessThan):
     """(-inf, upper_bound), finite: Hard Concrete's lower stretch end."""
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         return (x < self.upper_bound) & _namespace(x).isfinite(x)
 
 
 class _FiniteGreaterThan(constraints._GreaterThan):
     """(lower_bound, inf), finite: Hard Concrete's upper stretch end."""
 
-    def __call__(self, x):
+    def __call__(self, x: Values) -> Values:
         return (x > self.lower_bound) & _namespace(x).isfinite(x)
 
 

@@ -5,9 +5,13 @@ exactly one of ``logits`` (log alpha, unnormalized allowed) or ``probs``; ``temp
 number or an array whose shape broadcasts with the batch shape and is part of it.
 """
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 from numpyro.distributions.util import lazy_property
 from numpyro.util import not_jax_tracer
@@ -36,21 +40,30 @@ def _check_expand(shape, new_shape):
 class _ConcreteFamily(ValidatedValues, Distribution):
     """Parameters, shapes and ``expand`` shared by the four distributions."""
 
-    reparametrized_params = ["temperature", "logits", "probs"]
-    _event_dim = None  # 1 for the n-ary distributions, 0 for the binary ones
+    temperature: Array  # lambda, broadcastable to the batch shape
+    logits: Array  # log alpha, of shape batch_shape + event_shape
 
-    def __init__(self, temperature, logits=None, probs=None, validate_args=None):
+    reparametrized_params = ["temperature", "logits", "probs"]
+    _event_dim: Optional[int] = None  # 1 for the n-ary distributions, 0 for the binary ones
+
+    def __init__(
+        self,
+        temperature: ArrayLike,
+        logits: Optional[ArrayLike] = None,
+        probs: Optional[ArrayLike] = None,
+        validate_args: Optional[bool] = None,
+    ) -> None:
         validate = validation_enabled(validate_args)
-        self.temperature, self.logits, probs, batch_shape = promote_params(
+        self.temperature, self.logits, promoted_probs, batch_shape = promote_params(
             type(self).__name__, temperature, logits, probs, self._event_dim, validate
         )
-        if probs is not None:
-            self.probs = probs
+        if promoted_probs is not None:
+            self.probs = promoted_probs
         event_shape = tuple(jnp.shape(self.logits)[-1:]) if self._event_dim else ()
         super().__init__(batch_shape, event_shape, validate_args=False)
         self._validate_args = validate
 
-    def expand(self, batch_shape):
+    def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         # the same class with broadcast parameters (not ExpandedDistribution), so that the sample a
         # plate draws is the very object that carries its log coordinates
         batch_shape = tuple(batch_shape)
@@ -66,7 +79,7 @@ class _ConcreteFamily(ValidatedValues, Distribution):
         new._validate_args = self._validate_args
         return new
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> Array:
         return self.sample_with_intermediates(key, sample_shape)[0]
 
     def _check_key(self, key):
@@ -109,13 +122,15 @@ class _NaryConcrete(_ConcreteFamily):
     _event_dim = 1
 
     @lazy_property
-    def probs(self):
+    def probs(self) -> Array:
         return jax.nn.softmax(self.logits, axis=-1)
 
     @classmethod
-    def infer_shapes(cls, temperature=(), logits=None, probs=None):
+    def infer_shapes(
+        cls, temperature: tuple[int, ...] = (), logits: Optional[tuple[int, ...]] = None, probs: Optional[tuple[int, ...]] = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(batch_shape, event_shape) of a distribution built from arguments of these shapes."""
-        param = tuple(logits if logits is not None else probs)
+        param = tuple(logits if logits is not None else probs or ())
         return tuple(jnp.broadcast_shapes(tuple(temperature), param[:-1])), param[-1:]
 
     def _sample_log(self, key, sample_shape):
@@ -151,11 +166,11 @@ class Concrete(_NaryConcrete):
 
     support = concrete_constraints.simplex
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_log(key, sample_shape)
         return carry.attach(jnp.exp(y), y, Kind.LOG), [y]
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
@@ -164,11 +179,11 @@ class Concrete(_NaryConcrete):
         log_prob = self._validated(value, log_prob)
         return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
-    def discrete(self):
+    def discrete(self) -> OneHotCategorical:
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
         return OneHotCategorical(logits=self.logits, validate_args=self._validate_args)
 
-    def log_space(self):
+    def log_space(self) -> "ExpConcrete":
         """The log-space node of the same variable (appendix C.3): the :class:`ExpConcrete` of
         ``log x``, with the same parameters."""
         return ExpConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
@@ -199,16 +214,16 @@ class ExpConcrete(_NaryConcrete):
 
     support = concrete_constraints.log_simplex
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         return carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
         if self._carried(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         return self._validated(value, _numerics.exp_concrete_log_prob(value, self.logits, self.temperature))
 
-    def discrete(self):
+    def discrete(self) -> ExpOneHotCategorical:
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
         return ExpOneHotCategorical(logits=self.logits, validate_args=self._validate_args)
 
@@ -222,7 +237,7 @@ class _BinaryConcrete(_ConcreteFamily):
     _event_dim = 0
 
     @lazy_property
-    def probs(self):
+    def probs(self) -> Array:
         return jax.nn.sigmoid(self.logits)
 
     def _sample_logit(self, key, sample_shape):
@@ -252,7 +267,7 @@ class BinConcrete(_BinaryConcrete):
 
     support = concrete_constraints.unit_interval
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_logit(key, sample_shape)
         return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
 
@@ -260,7 +275,7 @@ class BinConcrete(_BinaryConcrete):
         y = carry.recall(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact logit
@@ -269,20 +284,20 @@ class BinConcrete(_BinaryConcrete):
         log_prob = self._validated(value, log_prob)
         return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
-    def cdf(self, value):
+    def cdf(self, value: ArrayLike) -> Array:
         if self._validate_args:
             self._validate_sample(value)
         return jax.nn.sigmoid(self.temperature * self._logit_of(value) - self.logits)
 
-    def icdf(self, value):
+    def icdf(self, value: ArrayLike) -> Array:
         y = (self.logits + _numerics.logit(value)) / self.temperature
         return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
 
-    def discrete(self):
+    def discrete(self) -> Bernoulli:
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
         return Bernoulli(logits=self.logits, validate_args=self._validate_args)
 
-    def log_space(self):
+    def log_space(self) -> "LogitBinConcrete":
         """The logit-space node of the same variable (appendix C.3.2): the :class:`LogitBinConcrete`
         of ``logit x``, with the same parameters."""
         return LogitBinConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
@@ -306,24 +321,24 @@ class LogitBinConcrete(_BinaryConcrete):
 
     support = concrete_constraints.real
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         return carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
         if self._carried(value, (Kind.REAL,)) is not None:  # an own sample
             return log_prob
         return self._validated(value, log_prob)
 
-    def cdf(self, value):
+    def cdf(self, value: ArrayLike) -> Array:
         if self._validate_args:
             self._validate_sample(value)
         return jax.nn.sigmoid(self.temperature * value - self.logits)
 
-    def icdf(self, value):
+    def icdf(self, value: ArrayLike) -> Array:
         return (self.logits + _numerics.logit(value)) / self.temperature
 
-    def discrete(self):
+    def discrete(self) -> LogitBernoulli:
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""
         return LogitBernoulli(logits=self.logits, validate_args=self._validate_args)

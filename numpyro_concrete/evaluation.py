@@ -4,9 +4,12 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+from typing import Any, Callable, Optional
+
 import jax
 import numpy as np
 import numpyro.infer
+from jax import Array
 from numpyro import handlers
 from numpyro.infer import TraceEnum_ELBO
 
@@ -33,7 +36,9 @@ __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Pr
 
 
 @named_errors("marginal_log_likelihood")
-def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
+def marginal_log_likelihood(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> Array:
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
     data set: a subsampled plate raises a ValueError.
@@ -69,7 +74,9 @@ def _checked_discrete_trace(model, args, kwargs, given):
 
 
 @named_errors("map_assignment")
-def map_assignment(model, *args, params=None, given=None, **kwargs):
+def map_assignment(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> dict[str, Array]:
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
     set: a subsampled plate raises a ValueError.
@@ -83,7 +90,9 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
 
 
 @named_errors("sample_assignment")
-def sample_assignment(model, *args, params=None, given=None, rng_key=None, **kwargs):
+def sample_assignment(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, rng_key: Optional[Array] = None, **kwargs: Any
+) -> dict[str, Array]:
     """One draw of the Concrete-family latent sites from their exact posterior under the discrete
     graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
     whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
@@ -160,15 +169,23 @@ class Predictive(numpyro.infer.Predictive):
     ``numpyro.infer.Predictive`` as it is.
     """
 
-    def __init__(self, model, posterior_samples=None, *, guide=None, infer_discrete=False, **kwargs):
-        self._swap = DiscreteMessenger(model, mode="enumerate") if infer_discrete else None
+    def __init__(
+        self,
+        model: Callable[..., Any],
+        posterior_samples: Optional[dict[str, Array]] = None,
+        *,
+        guide: Optional[Callable[..., Any]] = None,
+        infer_discrete: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self._swap: Optional[DiscreteMessenger] = None
         if infer_discrete:
-            model = self._swap
+            model = self._swap = DiscreteMessenger(model, mode="enumerate")
             if guide is not None:
                 guide = handlers.block(guide, hide_fn=_is_relaxed_sample)
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
 
-    def __call__(self, rng_key, *args, **kwargs):
+    def __call__(self, rng_key: Array, *args: Any, **kwargs: Any) -> dict[str, Array]:
         samples = super().__call__(rng_key, *args, **kwargs)
         if self._swap is None:
             return samples
@@ -177,7 +194,17 @@ class Predictive(numpyro.infer.Predictive):
 
 
 @named_errors("discrete_log_likelihood")
-def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, rng_key=None, **kwargs):
+def discrete_log_likelihood(
+    model: Callable[..., Any],
+    guide: Callable[..., Any],
+    *args: Any,
+    num_particles: int = 1,
+    plate: Optional[str] = None,
+    params: Optional[dict[str, Any]] = None,
+    given: Optional[dict[str, Any]] = None,
+    rng_key: Optional[Array] = None,
+    **kwargs: Any,
+) -> Array:
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO

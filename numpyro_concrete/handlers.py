@@ -12,6 +12,8 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+from typing import Any, Callable, Iterable, Optional, Union
+
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
@@ -114,10 +116,12 @@ class DiscreteMessenger(Messenger):
     name to the function from its index to its value in the site's own sample space (filled as the
     model runs)."""
 
-    def __init__(self, fn=None, mode="sample", sites=None):
+    def __init__(
+        self, fn: Optional[Callable[..., Any]] = None, mode: str = "sample", sites: Optional[Union[str, Iterable[str]]] = None
+    ) -> None:
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
-        self.index_to_value = {}
+        self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__(fn)
 
     def _check_handler_order(self, name):
@@ -132,7 +136,7 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
-    def process_message(self, msg):
+    def process_message(self, msg: dict) -> None:
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
@@ -158,14 +162,16 @@ class DiscreteMessenger(Messenger):
         if self.mode is Mode.ARGMAX:
             msg["value"] = jnp.broadcast_to(limit.mode, msg["fn"].shape())
 
-    def postprocess_message(self, msg):
+    def postprocess_message(self, msg: dict) -> None:
         # runs after the outer trace has copied the (index distribution, index) pair
         to_value = self.index_to_value.get(msg["name"]) if msg["type"] == "sample" else None
         if to_value is not None:
             msg["value"] = to_value(msg["value"])
 
 
-def discrete(fn=None, *, mode="sample", sites=None):
+def discrete(
+    fn: Optional[Callable[..., Any]] = None, *, mode: str = "sample", sites: Optional[Union[str, Iterable[str]]] = None
+) -> "DiscreteMessenger":
     """Turn a model with Concrete-family sites into its discrete graph (paper section 3.3).
 
     Every sample site whose distribution is a Concrete, ExpConcrete, BinConcrete or
@@ -197,7 +203,9 @@ def discrete(fn=None, *, mode="sample", sites=None):
 class RelaxMessenger(Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
-    def __init__(self, fn=None, temperature=None, sites=None):
+    def __init__(
+        self, fn: Optional[Callable[..., Any]] = None, temperature: Any = None, sites: Optional[Union[str, Iterable[str]]] = None
+    ) -> None:
         if not (callable(temperature) or isinstance(temperature, (dict, int, float, jax.Array))):
             raise ValueError(
                 f"relax: temperature must be a number, a dict by site name or a callable of the site, got {temperature!r}"
@@ -215,7 +223,7 @@ class RelaxMessenger(Messenger):
             return self.temperature(msg)
         return self.temperature
 
-    def process_message(self, msg):
+    def process_message(self, msg: dict) -> None:
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
@@ -228,7 +236,9 @@ class RelaxMessenger(Messenger):
         msg["fn"] = rewrap(relaxed, wrappers)
 
 
-def relax(fn=None, *, temperature, sites=None):
+def relax(
+    fn: Optional[Callable[..., Any]] = None, *, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None
+) -> "RelaxMessenger":
     """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
     BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
     as written. Observed sites are left alone.

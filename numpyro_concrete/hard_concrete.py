@@ -2,10 +2,13 @@
 Regularization", ICLR 2018): a BinConcrete stretched to (low, high) and clipped to [0, 1]."""
 
 import numbers
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 from numpyro.util import not_jax_tracer
 
@@ -13,8 +16,8 @@ from concrete_common import stretch
 
 from . import _numerics
 from . import constraints as concrete_constraints
-from .limits import Bernoulli
 from .distributions import _BinaryConcrete
+from .limits import Bernoulli
 
 __all__ = ["HardConcrete"]
 
@@ -104,7 +107,15 @@ class HardConcrete(_BinaryConcrete):
     reparametrized_params = _BinaryConcrete.reparametrized_params + ["low", "high"]
     support = constraints.unit_interval
 
-    def __init__(self, temperature, logits=None, probs=None, low=-0.1, high=1.1, validate_args=None):
+    def __init__(
+        self,
+        temperature: ArrayLike,
+        logits: Optional[ArrayLike] = None,
+        probs: Optional[ArrayLike] = None,
+        low: ArrayLike = -0.1,
+        high: ArrayLike = 1.1,
+        validate_args: Optional[bool] = None,
+    ) -> None:
         super().__init__(temperature, logits=logits, probs=probs, validate_args=validate_args)
         name, batch_shape = type(self).__name__, self.batch_shape
         low, batch_shape = promote_end(name, "low", low, self.logits, batch_shape, self._validate_args)
@@ -119,7 +130,7 @@ class HardConcrete(_BinaryConcrete):
             self._validate_args = validate
         self.low, self.high = jnp.broadcast_to(low, batch_shape), jnp.broadcast_to(high, batch_shape)
 
-    def expand(self, batch_shape):
+    def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         new = super().expand(batch_shape)
         new.low, new.high = jnp.broadcast_to(self.low, tuple(batch_shape)), jnp.broadcast_to(self.high, tuple(batch_shape))
         return new
@@ -141,7 +152,7 @@ class HardConcrete(_BinaryConcrete):
         result lands in [0, 1] (low + (high - low) s loses |low| ulps there)."""
         return jnp.clip(self.low * one_minus_s + self.high * s, 0.0, 1.0)
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_logit(key, sample_shape)
         return self._stretch(jax.nn.sigmoid(y), jax.nn.sigmoid(-y)), []
 
@@ -151,7 +162,8 @@ class HardConcrete(_BinaryConcrete):
     def _log_mass_at_one(self):
         return -jax.nn.softplus(self.temperature * self._logit_at_one() - self.logits)
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        value = jnp.asarray(value)
         self._check_value_shape(value)
         inside = jnp.clip(value, 0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
         log_above, log_below = jnp.log(inside - self.low), jnp.log(self.high - inside)
@@ -162,7 +174,8 @@ class HardConcrete(_BinaryConcrete):
         log_prob = jnp.where((value < 0) | (value > 1), -jnp.inf, log_prob)
         return self._validated(value, log_prob)
 
-    def cdf(self, value):
+    def cdf(self, value: ArrayLike) -> Array:
+        value = jnp.asarray(value)
         if self._validate_args:
             self._validate_sample(value)
         inside = jnp.clip(value, 0.0, 1.0)
@@ -170,16 +183,16 @@ class HardConcrete(_BinaryConcrete):
         return jnp.where(value >= 1, 1.0, jnp.where(value < 0, 0.0, below_one))
 
     @property
-    def prob_nonzero(self):
+    def prob_nonzero(self) -> Array:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
         return jax.nn.sigmoid(self.logits - self.temperature * self._logit_at_zero())
 
     @property
-    def deterministic_gate(self):
+    def deterministic_gate(self) -> Array:
         """The test-time gate min(1, max(0, sigmoid(log alpha) (high - low) + low)) (Louizos et al. eq. 13)."""
         return self._stretch(jax.nn.sigmoid(self.logits), jax.nn.sigmoid(-self.logits))
 
-    def discrete(self):
+    def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
         logits = self.logits - self.temperature * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

@@ -14,9 +14,13 @@ All are enumerable and have a ``mode`` taken from the logits (argmax, first inde
 Values are floats of the logits' dtype, as the relaxed samples are.
 """
 
+from typing import Any, Optional
+
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
+from jax import Array
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import lazy_property, validate_sample
 
@@ -43,7 +47,9 @@ class OneHotCategorical(ValidatedValues, Distribution):
     support = concrete_constraints.one_hot
     has_enumerate_support = True
 
-    def __init__(self, probs=None, logits=None, validate_args=None):
+    def __init__(
+        self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
+    ) -> None:
         _exactly_one(type(self).__name__, probs, logits)
         if probs is not None:
             self.probs = jnp.asarray(probs)
@@ -53,43 +59,43 @@ class OneHotCategorical(ValidatedValues, Distribution):
         super().__init__(shape[:-1], shape[-1:], validate_args=validate_args)
 
     @lazy_property
-    def probs(self):
+    def probs(self) -> Array:
         return jax.nn.softmax(self.logits, axis=-1)
 
-    def expand(self, batch_shape):
+    def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         batch_shape = tuple(batch_shape)
         if batch_shape == self.batch_shape:
             return self
         return type(self)(logits=jnp.broadcast_to(self.logits, batch_shape + self.event_shape), validate_args=self._validate_args)
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> Array:
         index = jax.random.categorical(key, self.logits, shape=sample_shape + self.batch_shape)
         return jax.nn.one_hot(index, self.event_shape[0], dtype=self.logits.dtype)
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> Array:
         self._check_value_shape(value)
         log_probs = jnp.broadcast_to(jax.nn.log_softmax(self.logits, axis=-1), jnp.shape(value))
         return jnp.take_along_axis(log_probs, jnp.argmax(value, -1)[..., None], -1)[..., 0]
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> Array:
         k = self.event_shape[0]
         values = jnp.eye(k, dtype=self.logits.dtype).reshape((k,) + (1,) * len(self.batch_shape) + (k,))
         return jnp.broadcast_to(values, (k,) + self.batch_shape + (k,)) if expand else values
 
     @property
-    def mode(self):
+    def mode(self) -> Array:
         return jax.nn.one_hot(jnp.argmax(self.logits, -1), self.event_shape[0], dtype=self.logits.dtype)
 
     @property
-    def mean(self):
+    def mean(self) -> Array:
         return self.probs
 
     @property
-    def variance(self):
+    def variance(self) -> Array:
         return self.probs * (1 - self.probs)
 
-    def entropy(self):
+    def entropy(self) -> Array:
         log_probs = jax.nn.log_softmax(self.logits, axis=-1)
         return -(jnp.exp(log_probs) * log_probs).sum(-1)
 
@@ -100,79 +106,84 @@ class Bernoulli(ValidatedValues, dist.BernoulliLogits):
 
     arg_constraints = {"logits": constraints.real, "probs": constraints.unit_interval}
 
-    def __init__(self, probs=None, logits=None, validate_args=None):
+    def __init__(
+        self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
+    ) -> None:
         _exactly_one(type(self).__name__, probs, logits)
         if probs is not None:
             self.probs = jnp.asarray(probs)
             logits = jnp.log(self.probs) - jnp.log1p(-self.probs)
         super().__init__(jnp.asarray(logits), validate_args=validate_args)
 
-    def expand(self, batch_shape):
+    def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         batch_shape = tuple(batch_shape)
         if batch_shape == self.batch_shape:
             return self
         return type(self)(logits=jnp.broadcast_to(self.logits, batch_shape), validate_args=self._validate_args)
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> Array:
         u = jax.random.uniform(key, sample_shape + self.batch_shape, dtype=self.logits.dtype)
         return (u < jax.nn.sigmoid(self.logits)).astype(self.logits.dtype)
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> Array:
+        value = jnp.asarray(value)
         self._check_value_shape(value)
         return jnp.where(value > 0, -jax.nn.softplus(-self.logits), -jax.nn.softplus(self.logits))
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> Array:
         values = jnp.arange(2, dtype=self.logits.dtype).reshape((-1,) + (1,) * len(self.batch_shape))
         return jnp.broadcast_to(values, (2,) + self.batch_shape) if expand else values
 
     @property
-    def mode(self):
+    def mode(self) -> Array:
         return (self.logits > 0).astype(self.logits.dtype)
 
 
 class _DiscreteInLogSpace(ValidatedValues, Distribution):
     """A discrete distribution shown through an elementwise map of its values (log or logit)."""
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     pytree_data_fields = ("base",)
     has_enumerate_support = True
-    _base_class = None
+    _base_class: Any  # the host's class of the underlying discrete distribution
 
-    def __init__(self, probs=None, logits=None, validate_args=None):
+    def __init__(
+        self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
+    ) -> None:
         self.base = self._base_class(probs=probs, logits=logits, validate_args=validate_args)
         super().__init__(self.base.batch_shape, self.base.event_shape, validate_args=validate_args)
 
     @property
-    def logits(self):
+    def logits(self) -> Array:
         return self.base.logits
 
     @property
-    def probs(self):
+    def probs(self) -> Array:
         return self.base.probs
 
-    def expand(self, batch_shape):
+    def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         batch_shape = tuple(batch_shape)
         if batch_shape == self.batch_shape:
             return self
         return type(self)(logits=self.base.expand(batch_shape).logits, validate_args=self._validate_args)
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> Array:
         return self._show(self.base.sample(key, sample_shape))
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> Array:
         self._check_value_shape(value)
         return self.base.log_prob(self._hide(value))
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> Array:
         return self._show(self.base.enumerate_support(expand))
 
     @property
-    def mode(self):
+    def mode(self) -> Array:
         return self._show(self.base.mode)
 
-    def entropy(self):
+    def entropy(self) -> Array:
         return self.base.entropy()
 
 

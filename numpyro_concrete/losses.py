@@ -4,16 +4,26 @@ at m = 1, VIMCO's leave-one-out baseline at m > 1), and Louizos et al.'s expecte
 Hard Concrete gates."""
 
 import math
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+from jax import Array
 from jax.scipy.special import logsumexp
 from numpyro.infer import ELBO
 
 from concrete_common import messages
 from concrete_common.messages import named_errors
 
-from ._traces import importance_bound, importance_traces, log_weights, per_element, replayed_traces, sample_sites, with_params
+from ._traces import (
+    importance_bound,
+    importance_traces,
+    log_weights,
+    per_element,
+    replayed_traces,
+    sample_sites,
+    with_params,
+)
 from .handlers import unwrap
 from .hard_concrete import HardConcrete
 
@@ -34,12 +44,20 @@ class ImportanceWeightedELBO(ELBO):
     :param str plate: the data plate, or None.
     """
 
-    def __init__(self, num_particles=1, plate=None):
+    def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=num_particles)
         self.plate = plate
 
     @named_errors()
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+    def loss_with_mutable_state(
+        self,
+        rng_key: Array,
+        param_map: dict[str, Any],
+        model: Callable[..., Any],
+        guide: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
         bound = importance_bound(model, guide, rng_key, args, kwargs, num_particles=self.num_particles, plate=self.plate)
         return {"loss": -jnp.sum(bound), "mutable_state": None}
@@ -59,12 +77,20 @@ class VIMCO(ImportanceWeightedELBO):
     can_infer_discrete = True
 
     @named_errors()
-    def __init__(self, num_particles=2, plate=None):
+    def __init__(self, num_particles: int = 2, plate: Optional[str] = None) -> None:
         messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
     @named_errors()
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+    def loss_with_mutable_state(
+        self,
+        rng_key: Array,
+        param_map: dict[str, Any],
+        model: Callable[..., Any],
+        guide: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
 
         def particle(particle_key):
@@ -109,16 +135,27 @@ class ScoreFunctionELBO(ELBO):
 
     can_infer_discrete = True
 
-    def __init__(self, plate=None):
+    def __init__(self, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=1)
         self.plate = plate
 
     @named_errors()
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+    def loss_with_mutable_state(
+        self,
+        rng_key: Array,
+        param_map: dict[str, Any],
+        model: Callable[..., Any],
+        guide: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
         model_trace, guide_trace = importance_traces(model, guide, rng_key, args, kwargs)
         elbo = log_weights(model_trace, guide_trace, self.plate)
-        signal, score, fit, fitted = jax.lax.stop_gradient(elbo), 0.0, 0.0, []
+        signal = jax.lax.stop_gradient(elbo)
+        score: Any = 0.0
+        fit: Any = 0.0
+        fitted: list[Any] = []  # the distinct baselines
         for site in sample_sites(guide_trace):
             if site["is_observed"] or site["fn"].has_rsample:
                 continue
@@ -143,11 +180,19 @@ class L0Objective(ELBO):
     :param float l0: lambda, the nats charged per open gate.
     """
 
-    def __init__(self, l0):
+    def __init__(self, l0: float) -> None:
         super().__init__(num_particles=1)
         self.l0 = l0
 
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+    def loss_with_mutable_state(
+        self,
+        rng_key: Array,
+        param_map: dict[str, Any],
+        model: Callable[..., Any],
+        guide: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
         model_trace, guide_trace = replayed_traces(model, guide, rng_key, args, kwargs)
         log_likelihood = sum(  # scaled by the plates

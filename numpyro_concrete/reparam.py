@@ -10,9 +10,13 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
     guide = handlers.reparam(guide, config=log_space_config)
 """
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 import numpyro
+from jax.typing import ArrayLike
+from numpyro.distributions import Distribution
 from numpyro.infer.reparam import Reparam
 
 from concrete_common.kinds import Kind
@@ -27,7 +31,7 @@ __all__ = ["LogSpaceReparam", "log_space_config"]
 class LogSpaceReparam(Reparam):
     """Reparametrize a Concrete (BinConcrete) site by its ExpConcrete (LogitBinConcrete) node."""
 
-    def __call__(self, name, fn, obs):
+    def __call__(self, name: str, fn: Distribution, obs: Optional[ArrayLike]) -> tuple[None, ArrayLike]:
         fn, expand_shape, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
             suffix, kind, show, coordinates = "log", Kind.LOG, jnp.exp, _numerics.log
@@ -48,7 +52,7 @@ class LogSpaceReparam(Reparam):
         return None, value  # a deterministic site
 
 
-def log_space_config(msg):
+def log_space_config(msg: dict) -> Optional[LogSpaceReparam]:
     """A ``handlers.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site."""
     fn = LogSpaceReparam()._unwrap(msg["fn"])[0]  # what the host's Reparam unwraps
     return LogSpaceReparam() if type(fn) in (Concrete, BinConcrete) else None

@@ -12,8 +12,12 @@ told from another sample or from data with the same content -- has no relaxed sa
 that can be determined for certain: ``log_prob`` raises a ValueError saying so.
 """
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
+from jax import Array
+from jax.typing import ArrayLike
 
 from concrete_common.kinds import Kind
 
@@ -56,12 +60,12 @@ class ConcreteStraightThrough(Concrete):
 
     _kind = Kind.STRAIGHT_THROUGH_LOG
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_log(key, sample_shape)
         hard = jax.nn.one_hot(jnp.argmax(y, -1), y.shape[-1], dtype=y.dtype)
         return carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         y = _relaxed_coordinates(self, value, self._kind, intermediates)
         return _numerics.concrete_log_prob(y, self.logits, self.temperature)
 
@@ -80,17 +84,17 @@ class BinConcreteStraightThrough(BinConcrete):
 
     _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
-    def sample_with_intermediates(self, key, sample_shape=()):
+    def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_logit(key, sample_shape)
         hard = (y > 0).astype(y.dtype)
         return carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
 
-    def log_prob(self, value, intermediates=None):
+    def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         y = _relaxed_coordinates(self, value, self._kind, intermediates)
         return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
 
-    def cdf(self, value):
+    def cdf(self, value: ArrayLike) -> Array:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the cdf")
 
-    def icdf(self, value):
+    def icdf(self, value: ArrayLike) -> Array:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the icdf")

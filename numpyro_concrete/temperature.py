@@ -1,4 +1,5 @@
-"""Temperature schedules for an SVI loop: ``schedule(step)`` is the temperature at that step.
+"""Temperature schedules for an SVI loop: ``schedule(step)`` is the temperature at that step (the
+formulas of ``concrete_common.schedules``, on JAX values).
 
 Pass the result to the model and guide as an argument, so that one compiled step serves every
 temperature; the schedules are written in ``jax.numpy`` and also take a traced ``step`` inside
@@ -14,12 +15,17 @@ package is differentiable with respect to its temperature.
 """
 
 
+from typing import Callable, Union
+
 import jax.numpy as jnp
+from jax import Array
 from numpyro.util import not_jax_tracer
 
 from concrete_common import schedules
 
 __all__ = ["exponential_decay", "linear_decay", "constant"]
+
+Step = Union[int, Array]  # a Python step, or a traced one inside jit
 
 
 def _check_step(schedule_name, step):
@@ -27,34 +33,34 @@ def _check_step(schedule_name, step):
         raise schedules.step_error(schedule_name, step)
 
 
-def exponential_decay(initial=1.0, rate=1e-4, floor=0.5, every=1):
+def exponential_decay(initial: float = 1.0, rate: float = 1e-4, floor: float = 0.5, every: int = 1) -> Callable[[Step], Array]:
     """max(floor, initial * exp(-rate * step)), with step rounded down to a multiple of ``every``
     (Jang et al. 2017 anneal as max(0.5, exp(-r t)) every N steps)."""
     initial, rate, floor, every = schedules.exponential_decay_arguments(initial, rate, floor, every)
 
-    def schedule(step):
+    def schedule(step: Step) -> Array:
         _check_step("exponential_decay", step)
         return jnp.maximum(floor, initial * jnp.exp(-rate * (step // every * every)))
 
     return schedule
 
 
-def linear_decay(initial, final, steps):
+def linear_decay(initial: float, final: float, steps: int) -> Callable[[Step], Array]:
     """From ``initial`` at step 0 to ``final`` at ``steps``, linearly, then constant."""
     initial, final, steps = schedules.linear_decay_arguments(initial, final, steps)
 
-    def schedule(step):
+    def schedule(step: Step) -> Array:
         _check_step("linear_decay", step)
         return initial + (final - initial) * jnp.minimum(step / steps, 1.0)
 
     return schedule
 
 
-def constant(value):
+def constant(value: float) -> Callable[[Step], Array]:
     """The same temperature at every step."""
     value = schedules.positive("constant", "value", value)
 
-    def schedule(step):
+    def schedule(step: Step) -> Array:
         _check_step("constant", step)
         return jnp.asarray(value)
 

@@ -7,8 +7,11 @@ exact log coordinates (see ``_carry``), so the model scores an autoguide's value
 it underflows.
 """
 
+from typing import Any, Optional
+
 import jax
 import jax.numpy as jnp
+from jax import Array
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import IdentityTransform, ParameterFreeTransform, biject_to
 
@@ -30,10 +33,10 @@ class _VectorTransform(ParameterFreeTransform):
 
     domain = constraints.real_vector
 
-    def forward_shape(self, shape):
+    def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape[:-1] + (shape[-1] + 1,)
 
-    def inverse_shape(self, shape):
+    def inverse_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape[:-1] + (shape[-1] - 1,)
 
 
@@ -46,14 +49,14 @@ class LogSimplexTransform(_VectorTransform):
 
     codomain = concrete_constraints.log_simplex
 
-    def __call__(self, u):
+    def __call__(self, u: Array) -> Array:
         return _log_softmax_padded(u)
 
     def _inverse(self, y):
         return y[..., :-1] - y[..., -1:]
 
-    def log_abs_det_jacobian(self, u, y, intermediates=None):
-        return jnp.zeros(jnp.shape(u)[:-1], dtype=jnp.result_type(u))
+    def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
+        return jnp.zeros(jnp.shape(x)[:-1], dtype=jnp.result_type(x))
 
 
 class SimplexTransform(_VectorTransform):
@@ -62,7 +65,7 @@ class SimplexTransform(_VectorTransform):
 
     codomain = concrete_constraints.simplex
 
-    def __call__(self, u):
+    def __call__(self, u: Array) -> Array:
         y = _log_softmax_padded(u)
         return carry.attach(jnp.exp(y), y, Kind.LOG)
 
@@ -72,11 +75,12 @@ class SimplexTransform(_VectorTransform):
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
-    def log_abs_det_jacobian(self, u, x, intermediates=None):
-        y = carry.recall(x, (Kind.LOG,))
-        if y is None:
-            y = _log_softmax_padded(u)
-        return y.sum(-1)
+    def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
+        """x: the unconstrained u, y: its point of the simplex (the host's names)."""
+        coordinates = carry.recall(y, (Kind.LOG,))
+        if coordinates is None:
+            coordinates = _log_softmax_padded(x)
+        return coordinates.sum(-1)
 
 
 class UnitIntervalTransform(ParameterFreeTransform):
@@ -86,15 +90,15 @@ class UnitIntervalTransform(ParameterFreeTransform):
     codomain = concrete_constraints.unit_interval
     sign = 1
 
-    def __call__(self, u):
+    def __call__(self, u: Array) -> Array:
         return carry.attach(jax.nn.sigmoid(u), u, Kind.LOGIT)
 
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOGIT,))
         return logit(x) if y is None else y
 
-    def log_abs_det_jacobian(self, u, x, intermediates=None):
-        return -jax.nn.softplus(-u) - jax.nn.softplus(u)
+    def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
+        return -jax.nn.softplus(-x) - jax.nn.softplus(x)
 
 
 biject_to.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())

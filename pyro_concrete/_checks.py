@@ -11,7 +11,9 @@ probabilities) and add the reason to the error, plus the one condition that ties
 
 import math
 import numbers
+from typing import Any, Sequence, Union
 
+import numpy as np
 import torch
 from torch.distributions import Distribution
 
@@ -27,6 +29,10 @@ from .constraints import (
     resolvable_real_vector,
     simplex_tolerance,
 )
+
+# what the public API takes for a parameter: a tensor, a NumPy array, a number or a nested sequence
+# (torch.as_tensor's inputs); NumPyro's hints say jax.typing.ArrayLike
+ArrayLike = Union[torch.Tensor, np.ndarray, float, Sequence[Any]]
 
 
 def validation_enabled(validate_args):

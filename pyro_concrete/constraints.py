@@ -15,6 +15,7 @@ bound (the sample's coordinates must stay finite).
 """
 
 import torch
+from torch import Tensor
 from torch.distributions import constraints
 
 from concrete_common import floats
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 
-def simplex_tolerance(value):
+def simplex_tolerance(value: Tensor) -> float:
     """How far a correctly computed point of the simplex of ``value``'s dtype may be from it."""
     return floats.simplex_tolerance(torch.finfo(value.dtype).eps, value.shape[-1])
 
@@ -36,18 +37,18 @@ class _LogSimplex(constraints.Constraint):
 
     event_dim = 1
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         tol = simplex_tolerance(value)
         return (value <= tol).all(-1) & (value.logsumexp(-1).abs() <= tol)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "LogSimplex()"
 
 
 class _Simplex(constraints._Simplex):
     """The probability simplex, with a float tolerance from the value's dtype."""
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         tol = simplex_tolerance(value)
         return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() <= tol)
 
@@ -59,10 +60,10 @@ class _UnitInterval(constraints._Interval):
     temperature, and the density has a limit (possibly ±inf) there.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(0.0, 1.0)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "UnitInterval()"
 
 
@@ -72,11 +73,11 @@ class _LogOneHot(constraints.Constraint):
     is_discrete = True
     event_dim = 1
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         is_zero = value == 0
         return (is_zero | torch.isneginf(value)).all(-1) & (is_zero.sum(-1) == 1)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "LogOneHot()"
 
 
@@ -85,10 +86,10 @@ class _PlusMinusInfinity(constraints.Constraint):
 
     is_discrete = True
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return torch.isinf(value)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PlusMinusInfinity()"
 
 
@@ -98,13 +99,13 @@ class _PlusMinusInfinity(constraints.Constraint):
 class _PositiveFinite(constraints._GreaterThan):
     """(0, inf), a temperature: positive and finite (torch's ``positive`` admits +inf)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(0.0)
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return (value > 0) & torch.isfinite(value)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PositiveFinite()"
 
 
@@ -116,20 +117,20 @@ class _ResolvableReal(constraints.Constraint):
     event_dim = 0
 
     @staticmethod
-    def bound(dtype):
+    def bound(dtype: torch.dtype) -> float:
         info = torch.finfo(dtype)
         return floats.logits_bounds(info.eps, info.max)[0]
 
     @staticmethod
-    def largest(value):
+    def largest(value: Tensor) -> float:
         """max |x| by one reduction: NaN if an entry is NaN, +inf if one is infinite."""
         return torch.stack(torch.aminmax(value.detach())).abs().max().item() if value.numel() else 0.0
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         ok = value.abs() <= self.bound(value.dtype)  # False for NaN and infinities
         return ok.all(-1) if self.event_dim else ok
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ResolvableReal()"
 
 
@@ -138,7 +139,7 @@ class _ResolvableRealVector(_ResolvableReal):
 
     event_dim = 1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ResolvableRealVector()"
 
 
@@ -146,37 +147,37 @@ class _PositiveSimplex(_Simplex):
     """Probabilities of a categorical: positive entries summing to 1 within the simplex tolerance
     (one may round to 1 beside positive ones: a float vector of finite logits)."""
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return (value > 0).all(-1) & ((value.sum(-1) - 1).abs() <= simplex_tolerance(value))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "PositiveSimplex()"
 
 
 class _OpenUnitInterval(constraints._Interval):
     """(0, 1), endpoints excluded: a binary probability (0 and 1 are infinite logits)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(0.0, 1.0)
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return (value > 0) & (value < 1)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "OpenUnitInterval()"
 
 
 class _FiniteLessThan(constraints._LessThan):
     """(-inf, upper_bound), finite: Hard Concrete's lower stretch end."""
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return (value < self.upper_bound) & torch.isfinite(value)
 
 
 class _FiniteGreaterThan(constraints._GreaterThan):
     """(lower_bound, inf), finite: Hard Concrete's upper stretch end."""
 
-    def check(self, value):
+    def check(self, value: Tensor) -> Tensor:
         return (value > self.lower_bound) & torch.isfinite(value)
 
 

@@ -5,9 +5,13 @@ exactly one of ``logits`` (log alpha, unnormalized allowed) or ``probs``; ``temp
 number or a tensor whose shape broadcasts with the batch shape and is part of it.
 """
 
+from typing import Optional
+
 import torch
 from pyro.distributions import TorchDistribution
+from torch import Tensor
 from torch.distributions.utils import lazy_property
+from torch.types import _size
 
 from concrete_common.kinds import Kind
 from concrete_common.messages import infinite_density_message
@@ -15,7 +19,7 @@ from concrete_common.messages import infinite_density_message
 from . import _numerics
 from . import constraints as concrete_constraints
 from ._carry import carry
-from ._checks import promote_params, validation_enabled
+from ._checks import ArrayLike, promote_params, validation_enabled
 from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
 __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
@@ -24,22 +28,30 @@ __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
 class _ConcreteFamily(TorchDistribution):
     """Parameters, shapes and ``expand`` shared by the four distributions."""
 
-    has_rsample = True
-    _event_dim = None  # 1 for the n-ary distributions, 0 for the binary ones
+    temperature: Tensor  # lambda, broadcastable to the batch shape
+    logits: Tensor  # log alpha, of shape batch_shape + event_shape
 
-    def __init__(self, temperature, logits=None, probs=None, validate_args=None):
+    has_rsample = True
+    _event_dim: Optional[int] = None  # 1 for the n-ary distributions, 0 for the binary ones
+
+    def __init__(
+        self,
+        temperature: ArrayLike,
+        logits: Optional[ArrayLike] = None,
+        probs: Optional[ArrayLike] = None,
+        validate_args: Optional[bool] = None,
+    ) -> None:
         validate = validation_enabled(validate_args)
-        temperature, self.logits, probs, batch_shape = promote_params(
+        self.temperature, self.logits, promoted_probs, batch_shape = promote_params(
             type(self).__name__, temperature, logits, probs, self._event_dim, validate
-        )
-        self.temperature = temperature  # broadcastable to the batch shape (0-dim keeps the kernels on scalars)
-        if probs is not None:
-            self.probs = probs
+        )  # the temperature broadcastable to the batch shape (0-dim keeps the kernels on scalars)
+        if promoted_probs is not None:
+            self.probs = promoted_probs
         event_shape = self.logits.shape[-1:] if self._event_dim else torch.Size()
         super().__init__(batch_shape, event_shape, validate_args=False)
         self._validate_args = validate
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: _size, _instance: Optional[TorchDistribution] = None) -> TorchDistribution:
         new = self._get_checked_instance(type(self), _instance)
         batch_shape = torch.Size(batch_shape)
         new.temperature = self.temperature
@@ -72,13 +84,15 @@ class _NaryConcrete(_ConcreteFamily):
     _event_dim = 1
 
     @lazy_property
-    def probs(self):
+    def probs(self) -> Tensor:
         return torch.softmax(self.logits, dim=-1)
 
     @classmethod
-    def infer_shapes(cls, temperature=(), logits=None, probs=None):
+    def infer_shapes(  # type: ignore[override]  # Pyro's takes **arg_shapes; these are its names
+        cls, temperature: _size = (), logits: Optional[_size] = None, probs: Optional[_size] = None
+    ) -> tuple[torch.Size, torch.Size]:
         """(batch_shape, event_shape) of a distribution built from arguments of these shapes."""
-        param = torch.Size(logits if logits is not None else probs)
+        param = torch.Size(logits if logits is not None else probs or ())
         return torch.broadcast_shapes(torch.Size(temperature), param[:-1]), param[-1:]
 
     def _sample_log(self, sample_shape):
@@ -114,11 +128,11 @@ class Concrete(_NaryConcrete):
 
     support = concrete_constraints.simplex
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_log(sample_shape)
         return carry.attach(torch.exp(y), y, Kind.LOG)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
@@ -126,11 +140,11 @@ class Concrete(_NaryConcrete):
         log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
-    def discrete(self):
+    def discrete(self) -> OneHotCategorical:
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
         return OneHotCategorical(logits=self.logits, validate_args=self._validate_args)
 
-    def log_space(self):
+    def log_space(self) -> "ExpConcrete":
         """The log-space node of the same variable (appendix C.3): the :class:`ExpConcrete` of
         ``log x``, with the same parameters."""
         return ExpConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
@@ -161,16 +175,16 @@ class ExpConcrete(_NaryConcrete):
 
     support = concrete_constraints.log_simplex
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         return carry.attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         if carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
         self._validate(value)
         return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
 
-    def discrete(self):
+    def discrete(self) -> ExpOneHotCategorical:
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
         return ExpOneHotCategorical(logits=self.logits, validate_args=self._validate_args)
 
@@ -184,7 +198,7 @@ class _BinaryConcrete(_ConcreteFamily):
     _event_dim = 0
 
     @lazy_property
-    def probs(self):
+    def probs(self) -> Tensor:
         return torch.sigmoid(self.logits)
 
     def _sample_logit(self, sample_shape):
@@ -215,7 +229,7 @@ class BinConcrete(_BinaryConcrete):
 
     support = concrete_constraints.unit_interval
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_logit(sample_shape)
         return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
 
@@ -223,7 +237,7 @@ class BinConcrete(_BinaryConcrete):
         y = carry.scoring_coordinates(value, (Kind.LOGIT,))
         return _numerics.logit(value) if y is None else y
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT))
         if y is not None:  # an own sample (in the support by construction): its exact logit
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
@@ -231,19 +245,19 @@ class BinConcrete(_BinaryConcrete):
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
         return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
-    def cdf(self, value):
+    def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
         return torch.sigmoid(self.temperature * self._logit_of(value) - self.logits)
 
-    def icdf(self, value):
+    def icdf(self, value: Tensor) -> Tensor:
         y = (self.logits + _numerics.logit(value)) / self.temperature
         return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
 
-    def discrete(self):
+    def discrete(self) -> Bernoulli:
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""
         return Bernoulli(logits=self.logits, validate_args=self._validate_args)
 
-    def log_space(self):
+    def log_space(self) -> "LogitBinConcrete":
         """The logit-space node of the same variable (appendix C.3.2): the :class:`LogitBinConcrete`
         of ``logit x``, with the same parameters."""
         return LogitBinConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
@@ -267,21 +281,21 @@ class LogitBinConcrete(_BinaryConcrete):
 
     support = concrete_constraints.real
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         return carry.attach(self._sample_logit(sample_shape), None, Kind.REAL)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         if carry.scoring_coordinates(value, (Kind.REAL,)) is None:  # not an own sample
             self._validate(value)
         return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
 
-    def cdf(self, value):
+    def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
         return torch.sigmoid(self.temperature * value - self.logits)
 
-    def icdf(self, value):
+    def icdf(self, value: Tensor) -> Tensor:
         return (self.logits + _numerics.logit(value)) / self.temperature
 
-    def discrete(self):
+    def discrete(self) -> LogitBernoulli:
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""
         return LogitBernoulli(logits=self.logits, validate_args=self._validate_args)

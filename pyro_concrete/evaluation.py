@@ -4,19 +4,22 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+from typing import Any, Callable, Optional, Sequence
+
 import pyro
 import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
+from torch import Tensor
 
 from concrete_common.messages import named_errors
 
 from ._traces import (
-    marginalize,
     check_all_latents_discrete,
     check_full_data,
     check_given,
     importance_bound,
+    marginalize,
     max_plate_nesting,
     no_guide,
     proposal,
@@ -30,7 +33,9 @@ __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Pr
 
 
 @named_errors("marginal_log_likelihood")
-def marginal_log_likelihood(model, *args, params=None, given=None, **kwargs):
+def marginal_log_likelihood(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> Tensor:
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
     replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
     data set: a subsampled plate raises a ValueError.
@@ -67,7 +72,9 @@ def _checked_discrete_trace(model, args, kwargs, given):
 
 
 @named_errors("map_assignment")
-def map_assignment(model, *args, params=None, given=None, **kwargs):
+def map_assignment(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> dict[str, Tensor]:
     """The jointly most probable values of the Concrete-family latent sites under the discrete
     graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
     set: a subsampled plate raises a ValueError.
@@ -81,7 +88,9 @@ def map_assignment(model, *args, params=None, given=None, **kwargs):
 
 
 @named_errors("sample_assignment")
-def sample_assignment(model, *args, params=None, given=None, **kwargs):
+def sample_assignment(
+    model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> dict[str, Tensor]:
     """One draw of the Concrete-family latent sites from their exact posterior under the discrete
     graph, given the observations and ``given`` (``infer_discrete`` with ``temperature=1``), for the
     whole data set: a subsampled plate raises a ValueError. Posterior predictive draws of the
@@ -115,14 +124,23 @@ class Predictive(pyro.infer.Predictive):
     latents, one draw at a time.)
     """
 
-    def __init__(self, model, posterior_samples=None, guide=None, num_samples=None, return_sites=(), parallel=False, *,
-                 infer_discrete=False):
+    def __init__(
+        self,
+        model: Callable[..., Any],
+        posterior_samples: Optional[dict[str, Tensor]] = None,
+        guide: Optional[Callable[..., Any]] = None,
+        num_samples: Optional[int] = None,
+        return_sites: Sequence[str] = (),
+        parallel: bool = False,
+        *,
+        infer_discrete: bool = False,
+    ) -> None:
         if infer_discrete and guide is not None:
             guide = poutine.block(guide, hide_fn=_is_relaxed_sample)
         super().__init__(model, posterior_samples, guide, num_samples, return_sites, parallel)
         self.infer_discrete = infer_discrete
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
         if not self.infer_discrete:
             return super().forward(*args, **kwargs)
         posterior = self.posterior_samples
@@ -163,7 +181,16 @@ def _assignment(model, args, kwargs, params, given, temperature):
 
 
 @named_errors("discrete_log_likelihood")
-def discrete_log_likelihood(model, guide, *args, num_particles=1, plate=None, params=None, given=None, **kwargs):
+def discrete_log_likelihood(
+    model: Callable[..., Any],
+    guide: Callable[..., Any],
+    *args: Any,
+    num_particles: int = 1,
+    plate: Optional[str] = None,
+    params: Optional[dict[str, Any]] = None,
+    given: Optional[dict[str, Any]] = None,
+    **kwargs: Any,
+) -> Tensor:
     """The importance-weighted bound L_m of the discrete graph (paper eq. 8; the paper's test
     metric): log (1/m) sum_i p(x, z_i) / q(z_i), z_i drawn from the guide with its relaxed sites
     discretized, every Concrete-family model site scored with its discrete mass. m = 1 is the ELBO

@@ -12,6 +12,8 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+from typing import Any, Callable, Iterable, Optional, Union
+
 import torch
 import torch.nn.functional as F
 from pyro import distributions as dist
@@ -107,10 +109,10 @@ class DiscreteMessenger(Messenger):
     name to the function from its index to its value in the site's own sample space (filled as the
     model runs)."""
 
-    def __init__(self, mode="sample", sites=None):
+    def __init__(self, mode: str = "sample", sites: Optional[Union[str, Iterable[str]]] = None) -> None:
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
-        self.index_to_value = {}
+        self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__()
 
     def _check_handler_order(self, name):
@@ -160,7 +162,9 @@ class DiscreteMessenger(Messenger):
             msg["value"] = to_value(msg["value"])
 
 
-def discrete(fn=None, *, mode="sample", sites=None):
+def discrete(
+    fn: Optional[Callable[..., Any]] = None, *, mode: str = "sample", sites: Optional[Union[str, Iterable[str]]] = None
+) -> Union["DiscreteMessenger", Callable[..., Any]]:
     """Turn a model with Concrete-family sites into its discrete graph (paper section 3.3).
 
     Every sample site whose distribution is a Concrete, ExpConcrete, BinConcrete or
@@ -193,7 +197,7 @@ def discrete(fn=None, *, mode="sample", sites=None):
 class RelaxMessenger(Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
-    def __init__(self, temperature, sites=None):
+    def __init__(self, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None) -> None:
         if not (callable(temperature) or isinstance(temperature, (dict, int, float, torch.Tensor))):
             raise ValueError(
                 f"relax: temperature must be a number, a dict by site name or a callable of the site, got {temperature!r}"
@@ -224,7 +228,9 @@ class RelaxMessenger(Messenger):
         msg["fn"] = rewrap(relaxed, wrappers)
 
 
-def relax(fn=None, *, temperature, sites=None):
+def relax(
+    fn: Optional[Callable[..., Any]] = None, *, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None
+) -> Union["RelaxMessenger", Callable[..., Any]]:
     """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
     BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
     as written. Observed sites are left alone.

@@ -3,18 +3,22 @@ Regularization", ICLR 2018): a BinConcrete stretched to (low, high) and clipped 
 
 import math
 import numbers
+from typing import Optional
 
 import numpy as np
 import torch
 from pyro.distributions import TorchDistribution
+from torch import Tensor
 from torch.distributions import constraints
+from torch.types import _size
 
 from concrete_common import stretch
 
 from . import _numerics
 from . import constraints as concrete_constraints
-from .limits import Bernoulli
+from ._checks import ArrayLike
 from .distributions import _BinaryConcrete
+from .limits import Bernoulli
 
 __all__ = ["HardConcrete"]
 
@@ -110,7 +114,15 @@ class HardConcrete(_BinaryConcrete):
     }
     support = constraints.unit_interval
 
-    def __init__(self, temperature, logits=None, probs=None, low=-0.1, high=1.1, validate_args=None):
+    def __init__(
+        self,
+        temperature: ArrayLike,
+        logits: Optional[ArrayLike] = None,
+        probs: Optional[ArrayLike] = None,
+        low: ArrayLike = -0.1,
+        high: ArrayLike = 1.1,
+        validate_args: Optional[bool] = None,
+    ) -> None:
         super().__init__(temperature, logits=logits, probs=probs, validate_args=validate_args)
         name, batch_shape = type(self).__name__, self.batch_shape
         self._low, batch_shape = promote_end(name, "low", low, self.logits, batch_shape, self._validate_args)
@@ -124,7 +136,7 @@ class HardConcrete(_BinaryConcrete):
             self._validate_args = validate
         self.low, self.high = self._low.expand(batch_shape), self._high.expand(batch_shape)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: _size, _instance: Optional[TorchDistribution] = None) -> TorchDistribution:
         new = self._get_checked_instance(HardConcrete, _instance)
         batch_shape = torch.Size(batch_shape)
         new._low, new._high = self._low, self._high  # broadcastable to the batch shape; what the kernels read
@@ -148,7 +160,7 @@ class HardConcrete(_BinaryConcrete):
         result lands in [0, 1] (low + (high - low) s loses |low| ulps there)."""
         return (self._low * one_minus_s + self._high * s).clamp(0.0, 1.0)
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_logit(sample_shape)
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
@@ -158,7 +170,7 @@ class HardConcrete(_BinaryConcrete):
     def _log_mass_at_one(self):
         return -torch.nn.functional.softplus(self.temperature * self._logit_at_one() - self.logits)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         self._validate(value)
         inside = value.clamp(0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
         log_above, log_below = torch.log(inside - self._low), torch.log(self._high - inside)
@@ -168,23 +180,23 @@ class HardConcrete(_BinaryConcrete):
         log_prob = torch.where(value <= 0, self._log_mass_at_zero(), torch.where(value >= 1, self._log_mass_at_one(), density))
         return log_prob.masked_fill((value < 0) | (value > 1), -math.inf)
 
-    def cdf(self, value):
+    def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
         inside = value.clamp(0.0, 1.0)
         below_one = torch.sigmoid(self.temperature * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
         return torch.where(value >= 1, torch.ones_like(below_one), below_one).masked_fill(value < 0, 0.0)
 
     @property
-    def prob_nonzero(self):
+    def prob_nonzero(self) -> Tensor:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
         return torch.sigmoid(self.logits - self.temperature * self._logit_at_zero())
 
     @property
-    def deterministic_gate(self):
+    def deterministic_gate(self) -> Tensor:
         """The test-time gate min(1, max(0, sigmoid(log alpha) (high - low) + low)) (Louizos et al. eq. 13)."""
         return self._stretch(torch.sigmoid(self.logits), torch.sigmoid(-self.logits))
 
-    def discrete(self):
+    def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
         logits = self.logits - self.temperature * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

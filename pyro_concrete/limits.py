@@ -14,13 +14,17 @@ All are enumerable and have a ``mode`` taken from the logits (argmax, first inde
 """
 
 import math
+from typing import Any, Optional
 
 import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 from pyro.distributions import TorchDistribution
+from torch import Tensor
+from torch.types import _size
 
 from . import constraints as concrete_constraints
+from ._checks import ArrayLike
 
 __all__ = ["OneHotCategorical", "ExpOneHotCategorical", "Bernoulli", "LogitBernoulli"]
 
@@ -38,7 +42,7 @@ class OneHotCategorical(dist.OneHotCategorical):
     """Pyro's OneHotCategorical; ``mode`` is the one-hot argmax of the logits."""
 
     @property
-    def mode(self):
+    def mode(self) -> Tensor:
         return _one_hot_mode(self.logits)
 
 
@@ -46,53 +50,55 @@ class Bernoulli(dist.Bernoulli):
     """Pyro's Bernoulli; ``mode`` is ``logits > 0`` (0 at p = 1/2, never NaN)."""
 
     @property
-    def mode(self):
+    def mode(self) -> Tensor:
         return (self.logits > 0).to(self.logits.dtype)
 
 
 class _DiscreteInLogSpace(TorchDistribution):
     """A discrete distribution shown through an elementwise map of its values (log or logit)."""
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     has_enumerate_support = True
-    _base_class = None
+    _base_class: Any  # the host's class of the underlying discrete distribution
 
-    def __init__(self, probs=None, logits=None, validate_args=None):
+    def __init__(
+        self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
+    ) -> None:
         self.base = self._base_class(probs=probs, logits=logits, validate_args=validate_args)
         super().__init__(self.base.batch_shape, self.base.event_shape, validate_args=False)
         self._validate_args = self.base._validate_args
 
     @property
-    def logits(self):
+    def logits(self) -> Tensor:
         return self.base.logits
 
     @property
-    def probs(self):
+    def probs(self) -> Tensor:
         return self.base.probs
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: _size, _instance: Optional[TorchDistribution] = None) -> TorchDistribution:
         new = self._get_checked_instance(type(self), _instance)
         new.base = self.base.expand(batch_shape)
         super(_DiscreteInLogSpace, new).__init__(new.base.batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape: _size = torch.Size()) -> Tensor:
         return self._show(self.base.sample(sample_shape))
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         return self.base.log_prob(self._hide(value))
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> Tensor:
         return self._show(self.base.enumerate_support(expand))
 
     @property
-    def mode(self):
+    def mode(self) -> Tensor:
         return self._show(self.base.mode)
 
-    def entropy(self):
+    def entropy(self) -> Tensor:
         return self.base.entropy()
 
 

@@ -5,11 +5,13 @@ Hard Concrete gates."""
 
 import math
 import weakref
+from typing import Any, Callable, Optional
 
 import pyro
 import torch
 from pyro import poutine
 from pyro.infer import ELBO
+from torch import Tensor
 
 from concrete_common import messages
 from concrete_common.messages import named_errors
@@ -24,9 +26,8 @@ from ._traces import (
     replayed_traces,
     sample_sites,
 )
-
-from .hard_concrete import HardConcrete
 from .handlers import unwrap
+from .hard_concrete import HardConcrete
 
 __all__ = ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO", "L0Objective", "JitImportanceWeightedELBO", "JitVIMCO"]
 
@@ -45,7 +46,7 @@ class ImportanceWeightedELBO(ELBO):
     :param str plate: the data plate, or None.
     """
 
-    def __init__(self, num_particles=1, plate=None):
+    def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=num_particles, vectorize_particles=True)
         self.plate = plate
         self._max_plate_nesting = None
@@ -69,7 +70,7 @@ class ImportanceWeightedELBO(ELBO):
                 )
 
     @named_errors()
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
         bound = importance_bound(
@@ -77,11 +78,11 @@ class ImportanceWeightedELBO(ELBO):
         )
         return -bound.sum()
 
-    def loss(self, model, guide, *args, **kwargs):
+    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         with torch.no_grad():
             return self.differentiable_loss(model, guide, *args, **kwargs).item()
 
-    def loss_and_grads(self, model, guide, *args, **kwargs):
+    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         loss = self.differentiable_loss(model, guide, *args, **kwargs)
         loss.backward()
         return loss.item()
@@ -99,7 +100,7 @@ class VIMCO(ImportanceWeightedELBO):
     """
 
     @named_errors()
-    def __init__(self, num_particles=2, plate=None):
+    def __init__(self, num_particles: int = 2, plate: Optional[str] = None) -> None:
         messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
@@ -107,7 +108,7 @@ class VIMCO(ImportanceWeightedELBO):
         pass  # any guide: discrete sites get the score-function gradient
 
     @named_errors()
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
         """-sum L_m in value; its gradient is VIMCO's."""
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
@@ -149,14 +150,14 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
     :param str plate: the data plate, or None.
     """
 
-    def __init__(self, plate=None):
+    def __init__(self, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=1, plate=plate)
 
     def _check_guide(self, guide_trace):
         pass  # any guide: discrete sites get the score-function gradient
 
     @named_errors()
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
         """-ELBO in value; its gradient is the score-function estimator's, baselines included."""
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
@@ -164,7 +165,10 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
             model, guide, args, kwargs, num_particles=None, max_plate_nesting=self._max_plate_nesting
         )
         elbo = log_weights(model_trace, guide_trace, particle_dim, self.plate).squeeze(0)
-        signal, score, fit, fitted = elbo.detach(), 0.0, 0.0, []
+        signal = elbo.detach()
+        score: Any = 0.0
+        fit: Any = 0.0
+        fitted: list[Any] = []  # the distinct baselines
         for site in sample_sites(guide_trace):
             if site["is_observed"] or getattr(site["fn"], "has_rsample", False):
                 continue
@@ -189,14 +193,14 @@ class L0Objective(ELBO):
     :param float l0: lambda, the nats charged per open gate.
     """
 
-    def __init__(self, l0):
+    def __init__(self, l0: float) -> None:
         super().__init__(num_particles=1)
         self.l0 = l0
 
     def _get_trace(self, model, guide, args, kwargs):
         return replayed_traces(model, guide, args, kwargs)
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the plates
         log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
@@ -207,33 +211,40 @@ class L0Objective(ELBO):
         )
         return -log_likelihood + self.l0 * expected_l0
 
-    def loss(self, model, guide, *args, **kwargs):
+    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         with torch.no_grad():
             return self.differentiable_loss(model, guide, *args, **kwargs).item()
 
-    def loss_and_grads(self, model, guide, *args, **kwargs):
+    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         loss = self.differentiable_loss(model, guide, *args, **kwargs)
         loss.backward()
         return loss.item()
 
 
-class _Compiled:
+class _Compiled(ImportanceWeightedELBO):
     """``differentiable_loss`` compiled with ``pyro.ops.jit.trace``, as Pyro's ``JitTrace_ELBO``
     compiles its loss; the same restrictions: static model structure, tensors passed in ``*args``
     (a temperature that changes between steps too), non-tensors in ``**kwargs`` (one compilation
     per distinct value), and a fixed batch shape per compilation."""
 
-    def __init__(self, num_particles=2, plate=None, ignore_jit_warnings=False, jit_options=None):
+    def __init__(
+        self,
+        num_particles: int = 2,
+        plate: Optional[str] = None,
+        ignore_jit_warnings: bool = False,
+        jit_options: Optional[dict[str, Any]] = None,
+    ) -> None:
         super().__init__(num_particles=num_particles, plate=plate)
         self.ignore_jit_warnings, self.jit_options = ignore_jit_warnings, jit_options
-        self._compiled = None
+        self._compiled: Optional[Callable[..., Tensor]] = None
 
     @named_errors()
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
         kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"] = id(model), id(guide)
-        if self._compiled is None:
+        compiled = self._compiled
+        if compiled is None:
             weakself = weakref.ref(self)  # no cycle through the compiled closure
 
             @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
@@ -241,10 +252,10 @@ class _Compiled:
                 del kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"]
                 return super(_Compiled, weakself()).differentiable_loss(model, guide, *args, **kwargs)
 
-            self._compiled = loss
-        return self._compiled(*args, **kwargs)
+            compiled = self._compiled = loss
+        return compiled(*args, **kwargs)
 
-    def loss(self, model, guide, *args, **kwargs):
+    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         return self.differentiable_loss(model, guide, *args, **kwargs).detach().item()
 
 
@@ -259,7 +270,13 @@ class JitImportanceWeightedELBO(_Compiled, ImportanceWeightedELBO):
     :param dict jit_options: passed to ``torch.jit.trace``.
     """
 
-    def __init__(self, num_particles=1, plate=None, ignore_jit_warnings=False, jit_options=None):
+    def __init__(
+        self,
+        num_particles: int = 1,
+        plate: Optional[str] = None,
+        ignore_jit_warnings: bool = False,
+        jit_options: Optional[dict[str, Any]] = None,
+    ) -> None:
         super().__init__(num_particles, plate, ignore_jit_warnings, jit_options)
 
 

@@ -10,10 +10,12 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
     guide = poutine.reparam(guide, config=log_space_config)
 """
 
+from typing import Optional
+
 import torch
 from pyro import distributions as dist
 from pyro import sample
-from pyro.infer.reparam.reparam import Reparam
+from pyro.infer.reparam.reparam import Reparam, ReparamMessage, ReparamResult
 
 from concrete_common.kinds import Kind
 
@@ -27,7 +29,7 @@ __all__ = ["LogSpaceReparam", "log_space_config"]
 class LogSpaceReparam(Reparam):
     """Reparametrize a Concrete (BinConcrete) site by its ExpConcrete (LogitBinConcrete) node."""
 
-    def apply(self, msg):
+    def apply(self, msg: ReparamMessage) -> ReparamResult:
         name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
         fn, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
@@ -44,14 +46,14 @@ class LogSpaceReparam(Reparam):
         if value is not None:  # an observed or initial value, in log space
             y = carry.recall(value, (kind,))
             y = coordinates(value) if y is None else y
-        y = sample(f"{name}_{suffix}", self._wrap(fn.log_space(), event_dim), obs=y, infer={"is_observed": is_observed})
+        y = sample(f"{name}_{suffix}", self._wrap(fn.log_space(), event_dim), obs=y, infer={"is_observed": bool(is_observed)})
         if value is None:
             value = carry.attach(show(y), y, kind)
         # a pyro.deterministic() site
         return {"fn": dist.Delta(value, event_dim=event_dim).mask(False), "value": value, "is_observed": True}
 
 
-def log_space_config(msg):
+def log_space_config(msg: dict) -> Optional[LogSpaceReparam]:
     """A ``poutine.reparam`` config: :class:`LogSpaceReparam` for every Concrete and BinConcrete site.
 
     The site left behind is deterministic (a masked Delta); it is marked auxiliary, so that Pyro's

@@ -11,8 +11,11 @@ copy cannot be told from another sample or from data with the same content -- ha
 sample behind it that can be determined for certain: ``log_prob`` raises a ValueError saying so.
 """
 
+
 import torch
 import torch.nn.functional as F
+from torch import Tensor
+from torch.types import _size
 
 from concrete_common.kinds import Kind
 
@@ -53,12 +56,12 @@ class ConcreteStraightThrough(Concrete):
 
     _kind = Kind.STRAIGHT_THROUGH_LOG
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_log(sample_shape)
         hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
         return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
 
 
@@ -76,16 +79,16 @@ class BinConcreteStraightThrough(BinConcrete):
 
     _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
-    def rsample(self, sample_shape=torch.Size()):
+    def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_logit(sample_shape)
         hard = (y > 0).to(y.dtype)
         return carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
-    def log_prob(self, value):
+    def log_prob(self, value: Tensor) -> Tensor:
         return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
 
-    def cdf(self, value):
+    def cdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the cdf")
 
-    def icdf(self, value):
+    def icdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the icdf")

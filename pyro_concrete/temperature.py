@@ -12,47 +12,7 @@ A learnable temperature is a positive parameter, e.g.
 distribution of the package is differentiable with respect to its temperature.
 """
 
-import math
-
-from concrete_common import schedules
+# the schedules are plain Python (a float per step): written once, in concrete_common
+from concrete_common.schedules import constant, exponential_decay, linear_decay
 
 __all__ = ["exponential_decay", "linear_decay", "constant"]
-
-
-def _check_step(schedule_name, step):
-    if step < 0:
-        raise schedules.step_error(schedule_name, step)
-
-
-def exponential_decay(initial=1.0, rate=1e-4, floor=0.5, every=1):
-    """max(floor, initial * exp(-rate * step)), with step rounded down to a multiple of ``every``
-    (Jang et al. 2017 anneal as max(0.5, exp(-r t)) every N steps)."""
-    initial, rate, floor, every = schedules.exponential_decay_arguments(initial, rate, floor, every)
-
-    def schedule(step):
-        _check_step("exponential_decay", step)
-        return max(floor, initial * math.exp(-rate * (step // every * every)))  # a Python float
-
-    return schedule
-
-
-def linear_decay(initial, final, steps):
-    """From ``initial`` at step 0 to ``final`` at ``steps``, linearly, then constant."""
-    initial, final, steps = schedules.linear_decay_arguments(initial, final, steps)
-
-    def schedule(step):
-        _check_step("linear_decay", step)
-        return initial + (final - initial) * min(step / steps, 1.0)
-
-    return schedule
-
-
-def constant(value):
-    """The same temperature at every step."""
-    value = schedules.positive("constant", "value", value)
-
-    def schedule(step):
-        _check_step("constant", step)
-        return value
-
-    return schedule

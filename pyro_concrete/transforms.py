@@ -9,6 +9,7 @@ it underflows.
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from torch.distributions import biject_to, constraints, transform_to
 from torch.distributions.transforms import Transform
 
@@ -31,13 +32,13 @@ class _VectorTransform(Transform):
     domain = constraints.real_vector
     bijective = True
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other)
 
-    def forward_shape(self, shape):
+    def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape[:-1] + (shape[-1] + 1,)
 
-    def inverse_shape(self, shape):
+    def inverse_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape[:-1] + (shape[-1] - 1,)
 
 
@@ -56,8 +57,8 @@ class LogSimplexTransform(_VectorTransform):
     def _inverse(self, y):
         return y[..., :-1] - y[..., -1:]
 
-    def log_abs_det_jacobian(self, u, y):
-        return u.new_zeros(u.shape[:-1])
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
+        return x.new_zeros(x.shape[:-1])
 
 
 class SimplexTransform(_VectorTransform):
@@ -76,11 +77,12 @@ class SimplexTransform(_VectorTransform):
             y = log(x)
         return y[..., :-1] - y[..., -1:]
 
-    def log_abs_det_jacobian(self, u, x):
-        y = carry.recall(x, (Kind.LOG,))
-        if y is None:
-            y = _log_softmax_padded(u)
-        return y.sum(-1)
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
+        """x: the unconstrained u, y: its point of the simplex (the host's names)."""
+        coordinates = carry.recall(y, (Kind.LOG,))
+        if coordinates is None:
+            coordinates = _log_softmax_padded(x)
+        return coordinates.sum(-1)
 
 
 class UnitIntervalTransform(Transform):
@@ -92,7 +94,7 @@ class UnitIntervalTransform(Transform):
     bijective = True
     sign = +1
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other)
 
     def _call(self, u):
@@ -102,8 +104,8 @@ class UnitIntervalTransform(Transform):
         y = carry.recall(x, (Kind.LOGIT,))
         return logit(x) if y is None else y
 
-    def log_abs_det_jacobian(self, u, x):
-        return -F.softplus(-u) - F.softplus(u)
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
+        return -F.softplus(-x) - F.softplus(x)
 
 
 for _registry in (biject_to, transform_to):
