@@ -19,6 +19,7 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
 from concrete_common import messages
+from concrete_common import discrete_proposal
 
 from .handlers import CONCRETE_FAMILY, unwrap
 
@@ -175,18 +176,6 @@ def _joint_latent_layouts(guide):
     return layouts
 
 
-def _auxiliary_layouts(guide_sites, model_sites, autoguide):
-    """{auxiliary guide site: {model site: its coordinates in the auxiliary value, or None for all}}:
-    the joint latents of ``_joint_latent_layouts`` and the per-site ``{name}_unconstrained``
-    auxiliary sites (Pyro's AutoNormal)."""
-    layouts = {name: layout for name, layout in _joint_latent_layouts(autoguide).items() if name in guide_sites}
-    for name, site in guide_sites.items():
-        base = name[: -len("_unconstrained")]
-        if name.endswith("_unconstrained") and base in model_sites and (site["infer"] or {}).get("is_auxiliary"):
-            layouts.setdefault(name, {base: None})
-    return layouts
-
-
 def _marginal_log_prob(joint, value, keep):
     """The log density, at ``value``, of the coordinates ``keep`` (a boolean mask over the last
     dimension) of ``joint``, the rest integrated out: closed form for a diagonal Normal (the
@@ -253,18 +242,13 @@ def marginalize(guide, marginals):
 
 def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     """Which guide sites to discretize, which to hide and which to marginalize for the discrete
-    graph's proposal.
-
-    A model site that is relaxed and drawn in the guide from a Concrete-family distribution is
-    discretized there; drawn from anything else (an autoguide's Delta over a transformed Normal),
-    it is hidden from the guide so that the model draws it from its discrete prior. An autoguide's
-    auxiliary site is attributed to the model sites it feeds -- ``{name}_unconstrained`` (Pyro's
-    AutoNormal) to ``name``; the joint latent of an ``AutoContinuous`` autoguide (``autoguide``,
-    or a part of an ``AutoGuideList``) to every site, by its coordinates -- and is kept if it feeds
-    no hidden site, hidden if it feeds hidden sites only, and otherwise marginalized: still drawn
-    whole, but scored by the marginal density of the coordinates of the sites kept
-    (:func:`_marginal_log_prob`; a joint without a closed-form marginal raises). Any other guide
-    site without a model counterpart could not be attributed, and raises.
+    graph's proposal: the rules of ``concrete_common.discrete_proposal.sort_guide_sites``, on this
+    guide's sites. An autoguide's auxiliary site is attributed to the model sites it feeds --
+    ``{name}_unconstrained`` (AutoNormal) to ``name``; the joint latent of an ``AutoContinuous``
+    autoguide (``autoguide``, or a part of an ``AutoGuideList``) to every site, by its coordinates;
+    one that feeds kept and hidden sites alike is still drawn whole, but scored by the marginal
+    density of the coordinates of the sites kept (:func:`_marginal_log_prob`; a joint without a
+    closed-form marginal raises).
 
     :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
         kept}, the model's plate nesting).
@@ -274,41 +258,22 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     for trace in (guide_trace, model_trace):
         check_full_data(trace)
     relaxed = _relaxed_latents(model_trace)
-    guide_sites = {site["name"]: site for site in sample_sites(guide_trace)}
-    discretized = {name for name in relaxed if name in guide_sites and isinstance(unwrap(guide_sites[name]["fn"])[0], CONCRETE_FAMILY)}
-    hidden = {name for name in relaxed & set(guide_sites) if name not in discretized}
     check_given(model_trace, given)
-    hidden |= set(given or ()) & set(guide_sites)  # held at their values: the guide does not propose them
+    guide_sites = {site["name"]: site for site in sample_sites(guide_trace)}
     model_sites = {site["name"] for site in sample_sites(model_trace)}
-    auxiliary, marginals = _auxiliary_layouts(guide_sites, model_sites, autoguide), {}
-    for name, layout in auxiliary.items():
-        fed_hidden = hidden & set(layout)
-        if not fed_hidden:
-            continue
-        if fed_hidden == set(layout):
-            hidden.add(name)
-            continue
+    infer = {name: site["infer"] for name, site in guide_sites.items()}
+    layouts = discrete_proposal.auxiliary_layouts(_joint_latent_layouts(autoguide), infer, model_sites)
+    concrete = {name for name, site in guide_sites.items() if isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)}
+    discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, given, layouts)
+    marginals = {}
+    for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
         keep = torch.zeros(value.shape[-1], dtype=torch.bool)
-        for site, coordinates in layout.items():
-            if site not in hidden:
-                keep[coordinates] = True
+        for site in kept:
+            keep[layouts[name][site]] = True
         if _marginal_log_prob(joint, value, keep) is None:
-            raise messages.ModelError(
-                f"guide site {name!r} draws the relaxed site(s) {sorted(fed_hidden)} jointly "
-                f"with the continuous site(s) {sorted(set(layout) - hidden)} from {type(joint).__name__}, whose "
-                "marginal density of the continuous coordinates has no closed form: the relaxed sites cannot be "
-                "hidden from it. Use an AutoGuideList with this autoguide over the continuous sites only "
-                "(poutine.block(model, hide=[...])) and AutoNormal or a Concrete-family guide for the relaxed ones"
-            )
+            raise discrete_proposal.no_closed_form_marginal(name, fed_hidden, kept, type(joint).__name__, "poutine.block")
         marginals[name] = keep
-    unattributed = set(guide_sites) - model_sites - set(auxiliary) - hidden
-    if unattributed:
-        raise messages.ModelError(
-            f"guide site(s) {sorted(unattributed)} have no model counterpart; "
-            "the discrete graph's proposal is the guide with its relaxed sites discretized (or hidden, for "
-            "an autoguide such as AutoNormal), and these cannot be attributed to a site"
-        )
     return discretized, hidden, marginals, max_plate_nesting(model_trace)
 
 

@@ -32,7 +32,23 @@ from .hard_concrete import HardConcrete
 __all__ = ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO", "L0Objective", "JitImportanceWeightedELBO", "JitVIMCO"]
 
 
-class ImportanceWeightedELBO(ELBO):
+class _DifferentiableLoss(ELBO):
+    """A loss defined by its ``differentiable_loss``: the value and the gradients follow from it."""
+
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
+        raise NotImplementedError
+
+    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+        with torch.no_grad():
+            return self.differentiable_loss(model, guide, *args, **kwargs).item()
+
+    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+        loss = self.differentiable_loss(model, guide, *args, **kwargs)
+        loss.backward()
+        return loss.item()
+
+
+class ImportanceWeightedELBO(_DifferentiableLoss):
     """The importance-weighted bound L_m (paper eq. 8; Burda et al. 2016) as an SVI loss:
     ``-sum log (1/m) sum_i p(x, z_i) / q(z_i)`` with the m particles drawn in parallel -- one bound
     per element of ``plate`` (each data point with its own m particles, as the paper trains and
@@ -78,14 +94,6 @@ class ImportanceWeightedELBO(ELBO):
         )
         return -bound.sum()
 
-    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
-        with torch.no_grad():
-            return self.differentiable_loss(model, guide, *args, **kwargs).item()
-
-    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        loss.backward()
-        return loss.item()
 
 
 class VIMCO(ImportanceWeightedELBO):
@@ -182,7 +190,7 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
         return -elbo.sum() + extra - extra.detach()
 
 
-class L0Objective(ELBO):
+class L0Objective(_DifferentiableLoss):
     """Louizos, Welling & Kingma's (2018) objective for Hard Concrete gates:
     ``-E_q log p(observations | gates) + l0 * sum_j P_q(gate_j != 0)``, one sample of the guide. The
     log-likelihood of the model's observed sites is scaled by their plates (subsampling); the
@@ -210,15 +218,6 @@ class L0Objective(ELBO):
             if isinstance(unwrap(site["fn"])[0], HardConcrete)
         )
         return -log_likelihood + self.l0 * expected_l0
-
-    def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
-        with torch.no_grad():
-            return self.differentiable_loss(model, guide, *args, **kwargs).item()
-
-    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        loss.backward()
-        return loss.item()
 
 
 class _Compiled(ImportanceWeightedELBO):

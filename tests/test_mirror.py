@@ -128,3 +128,36 @@ def test_the_shared_package_imports_neither_backend():
             "assert not loaded, loaded")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert run.returncode == 0, run.stderr
+
+
+# names whose whole docstrings differ beyond the hosts' words, and why (the rest must stay identical,
+# so that a docstring fixed in one package is fixed in both)
+DOCSTRINGS_DIFFER = {
+    "Concrete": "how the log coordinates reach other scorers: views and pyro.sample in Pyro, intermediates and "
+                "tracer identity in NumPyro",
+    "BinConcrete": "NumPyro's refusal of +inf needs a concrete (not traced) value",
+    "Predictive": "Pyro's notes its host's Predictive-over-infer_discrete defect",
+    "ScoreFunctionELBO": "what each host's TraceGraph_ELBO does with baselines",
+    "discrete": "the arguments of each host's TraceEnum_ELBO.loss",
+    "discrete_log_likelihood": "how the particles are drawn (a plate in Pyro, vmap in NumPyro); the parameters' default",
+    "limits.Bernoulli": HOST_DOCSTRINGS["limits.Bernoulli"],
+    "limits.OneHotCategorical": HOST_DOCSTRINGS["limits.OneHotCategorical"],
+    "log_space_config": "Pyro marks the deterministic site auxiliary for its model/guide check",
+    "marginal_log_likelihood": "the parameters' default, and what the result is differentiable in",
+    "sample_assignment": "NumPyro's rng_key; Pyro's note on its host's Predictive",
+}
+DOC_WORDS = HOST_WORDS + [("a tensor", "an array"), ("tensors", "arrays"), ("tensor", "array")]
+
+
+def _docstring(obj):
+    text = inspect.getdoc(obj) or ""
+    for word, neutral in DOC_WORDS:
+        text = text.replace(word, neutral)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_names_have_the_same_docstring(name):
+    """Whole docstrings, up to the hosts' words (the array type, the host's module names)."""
+    same = _docstring(_get(pyro_concrete, name)) == _docstring(_get(numpyro_concrete, name))
+    assert same != (name in DOCSTRINGS_DIFFER), f"{name}: docstrings differ" if not same else f"{name} needs no exception now"
