@@ -4,6 +4,7 @@
     python -m examples.results run [--only TEXT]    # run the missing ones, one after another, into runs/
     python -m examples.results collect              # copy runs/*/metrics.json into examples/results/
     python -m examples.results table                # the README tables, from examples/results/
+    python -m examples.results compare --runs-dir D [--only TEXT]   # runs in D against the committed results
 
 A run that was interrupted is resumed from its checkpoint; a run with a metrics.json is skipped.
 Runs get one torch thread (``OMP_NUM_THREADS=1``): two queues share the 2 cores here, and torch's
@@ -199,9 +200,27 @@ def table(results_dir):
         print(f"Not run yet ({len(missing)} of {len(RUNS)}): " + ", ".join(f"`{name}`" for name in missing))
 
 
+def compare(only, runs_dir, results_dir):
+    """Each run of ``runs_dir`` beside its committed result: test NLL and last validation -L_1 of the
+    discrete graph, and their differences (a rerun of the same command, e.g. after a refactoring)."""
+    committed, rerun = _load(results_dir), {}
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*", "metrics.json"))):
+        name = os.path.basename(os.path.dirname(path))
+        if name in committed and (not only or only in name):
+            with open(path) as f:
+                rerun[name] = json.load(f)
+    print("| run | test NLL committed | rerun | difference | validation -L_1 committed | rerun | difference |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in rerun.items():
+        c = committed[name]
+        cv, rv = c["validation"][-1][1], m["validation"][-1][1]
+        print(f"| {name} | {c['test_nll']:.3f} | {m['test_nll']:.3f} | {m['test_nll'] - c['test_nll']:+.3f} | "
+              f"{cv:.2f} | {rv:.2f} | {rv - cv:+.2f} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["list", "run", "collect", "table"])
+    parser.add_argument("action", choices=["list", "run", "collect", "table", "compare"])
     parser.add_argument("--only", default=None, help="run only the runs whose name contains this")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--results-dir", default=RESULTS)
@@ -214,6 +233,8 @@ def main(argv=None):
         run(args.only, args.runs_dir)
     elif args.action == "collect":
         collect(args.runs_dir)
+    elif args.action == "compare":
+        compare(args.only, args.runs_dir, args.results_dir)
     else:
         table(args.results_dir)
 

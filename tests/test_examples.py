@@ -473,3 +473,27 @@ def test_failed_resume_creates_no_directory(script, no_training, tmp_path, capsy
         line = _error_line(capsys.readouterr().err)
         assert f"--resume needs a checkpoint in --out: there is no {out / 'checkpoint.bin'}" in line
     assert sorted(os.listdir(tmp_path)) == ["empty"] and os.listdir(empty) == []
+
+
+def test_results_compare_prints_each_rerun_beside_its_committed_result(tmp_path, capsys):
+    """examples.results compare: a rerun (here a committed result with its test NLL moved by +0.25
+    and its last validation -L_1 by -1.5) is printed beside the committed one, with the differences;
+    runs without a committed result, or outside --only, are left out."""
+    import json
+
+    from examples import results
+
+    name = "digits-dvae-numpyro-2ary-m1"
+    committed = json.load(open(os.path.join(results.RESULTS, f"{name}.json")))
+    rerun = dict(committed, test_nll=committed["test_nll"] + 0.25,
+                 validation=committed["validation"][:-1] + [[20000, committed["validation"][-1][1] - 1.5]])
+    for run_name, metrics in ((name, rerun), ("not-a-committed-run", rerun), ("digits-dvae-pyro-2ary-m1", committed)):
+        (tmp_path / run_name).mkdir()
+        (tmp_path / run_name / "metrics.json").write_text(json.dumps(metrics))
+    results.compare("numpyro", str(tmp_path), results.RESULTS)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith(f"| {name} ")]
+    assert len(lines) == 1 and "not-a-committed-run" not in out and "| digits-dvae-pyro-2ary-m1 " not in out
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert cells[1:4] == [f"{committed['test_nll']:.3f}", f"{committed['test_nll'] + 0.25:.3f}", "+0.250"]
+    assert cells[6] == "-1.50"
