@@ -17,8 +17,7 @@ from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
 from numpyro.infer.util import get_importance_trace
 from numpyro.primitives import Messenger
 
-from concrete_common import messages
-from concrete_common import discrete_proposal
+from concrete_common import discrete_proposal, messages
 
 from .handlers import CONCRETE_FAMILY, unwrap
 

@@ -18,8 +18,7 @@ from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
-from concrete_common import messages
-from concrete_common import discrete_proposal
+from concrete_common import discrete_proposal, messages
 
 from .handlers import CONCRETE_FAMILY, unwrap
 
@@ -120,7 +119,8 @@ def check_full_data(trace):
     subsample scaled up to the plate's size, raises."""
     for site in sample_sites(trace):
         for frame in site["cond_indep_stack"]:
-            messages.check_full_plate(frame.name, frame.size, frame.full_size)
+            if frame.full_size is not None:
+                messages.check_full_plate(frame.name, frame.size, frame.full_size)
 
 
 def replayed_traces(model, guide, args, kwargs):
