@@ -143,3 +143,20 @@ def baseline_value(site, infer):
             "computed in the guide, e.g. by a network of the data) is supported"
         )
     return baseline["baseline_value"]
+
+
+# --------------------------------------------------------------------------- conditional samples
+
+
+def not_a_limit_value(owner, limit):
+    return ValueError(
+        f"{owner}: hard must be a value of the zero-temperature limit ({limit}, e.g. a sample of "
+        f".discrete()): the relaxed sample is drawn given it"
+    )
+
+
+def hard_shape_mismatch(owner, shape, batch_and_event):
+    return ValueError(
+        f"{owner}: hard of shape {tuple(shape)} does not broadcast with the distribution's batch and "
+        f"event shape {tuple(batch_and_event)}"
+    )

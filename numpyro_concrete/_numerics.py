@@ -51,6 +51,20 @@ def exp_concrete_sample(key, logits, temperature, shape):
 
 
 @jax.jit
+def exp_concrete_conditional_sample(key, logits, temperature, chosen):
+    """Y given that its limit is the one-hot ``chosen`` (a boolean mask of the chosen category,
+    shaped like the sample): the top-down Gumbel construction (Tucker et al. 2017, appendix C). The
+    perturbed logits z = log a + G have their maximum, distributed Gumbel(logsumexp_k log a_k),
+    independent of where it is: that is z_b for the chosen b; every other z_k is Gumbel(log a_k)
+    truncated below z_b, drawn by inverting its CDF: z_k = -log(exp(-z_b) + exp(-log a_k) E_k),
+    E_k = -log V_k exponential. Then Y = log_softmax(z / t), as for an unconditional sample."""
+    log_exponential = jnp.log(-jnp.log(uniform(key, chosen.shape, logits.dtype)))
+    top = logsumexp(logits, axis=-1, keepdims=True) - jnp.where(chosen, log_exponential, 0.0).sum(-1, keepdims=True)
+    below = -jnp.logaddexp(-top, log_exponential - logits)
+    return jax.nn.log_softmax(jnp.where(chosen, top, below) / temperature[..., None], axis=-1)
+
+
+@jax.jit
 def exp_concrete_log_prob_interior(y, logits, temperature):
     """log κ(y) (appendix C.3) for y with finite entries: log (K-1)! + (K-1) log t + Σ_k b_k
     - K logsumexp_k b_k, with b_k = log a_k - t y_k.
@@ -124,6 +138,19 @@ def logit_bin_concrete_sample(key, logits, temperature, shape):
     """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
     return (logits + logistic(key, shape, logits.dtype)) / temperature
 
+
+@jax.jit
+def logit_bin_concrete_conditional_sample(key, logits, temperature, ones):
+    """Y given that its limit is ``ones`` (a boolean, shaped like the sample): z = log a + L with the
+    logistic L conditioned on the sign of z, by inverting its CDF on U = V (1 - p) (z < 0) or
+    1 - p (1 - V) (z > 0), p = sigmoid(log a); written in logs so that no probability rounds to 0
+    or 1 (the logaddexp terms are log(1 - p(1 - V)) and log(1 - V(1 - p))). Then Y = z / t."""
+    v = uniform(key, ones.shape, logits.dtype)
+    log_v, log1m_v = jnp.log(v), jnp.log1p(-v)
+    log_p, log1m_p = jax.nn.log_sigmoid(logits), jax.nn.log_sigmoid(-logits)
+    positive = jax.nn.softplus(logits) - log1m_v + jnp.logaddexp(log1m_p, log_p + log_v)
+    negative = log_v - jax.nn.softplus(-logits) - jnp.logaddexp(log1m_v, log_v + log_p)
+    return jnp.where(ones, positive, negative) / temperature
 
 @jax.jit
 def logit_bin_concrete_log_prob(y, logits, temperature):

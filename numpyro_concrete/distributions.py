@@ -17,6 +17,7 @@ from numpyro.distributions.util import lazy_property
 from numpyro.util import not_jax_tracer
 
 from concrete_common.kinds import Kind
+from concrete_common import messages
 from concrete_common.messages import infinite_density_message
 
 from . import _numerics
@@ -104,6 +105,30 @@ class _ConcreteFamily(ValidatedValues, Distribution):
             return jnp.where(self._validate_sample(value), log_prob, -jnp.inf)
         return log_prob
 
+    @staticmethod
+    def _indicator(hard):
+        """The limit's value as a boolean: the chosen category (n-ary) or the ones (binary)."""
+        raise NotImplementedError
+
+    def _conditioning(self, hard, sample_shape):
+        """``hard`` (a value of the limit) as the boolean of the conditional sample's shape:
+        ``sample_shape`` + its broadcast with the batch and event shape; checked under validation
+        where its values can be read (not a tracer)."""
+        owner = f"{type(self).__name__}.conditional_sample"
+        hard = jnp.asarray(hard, dtype=self.logits.dtype)
+        if self._validate_args and not_jax_tracer(hard):
+            limit = self.discrete()
+            with jax.ensure_compile_time_eval():  # a concrete value inside jit too
+                in_support = np.all(np.asarray(limit.support(hard)))
+            if not in_support:
+                raise messages.not_a_limit_value(owner, type(limit).__name__)
+        full = tuple(self.batch_shape) + tuple(self.event_shape)
+        try:
+            shape = tuple(sample_shape) + tuple(jnp.broadcast_shapes(jnp.shape(hard), full))
+        except ValueError:
+            raise messages.hard_shape_mismatch(owner, jnp.shape(hard), full) from None
+        return jnp.broadcast_to(self._indicator(hard), shape)
+
     def _refuse_infinite_density(self, log_prob, boundary):
         """Under validation, +inf anywhere in a concrete ``log_prob`` of a value that is not an own
         sample (a boundary point where the density diverges: discrete data) raises. Under ``jit``
@@ -137,6 +162,11 @@ class _NaryConcrete(_ConcreteFamily):
         self._check_key(key)
         return _numerics.exp_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
+    def _conditional_log(self, key, hard, sample_shape):
+        self._check_key(key)
+        chosen = self._conditioning(hard, sample_shape)
+        return _numerics.exp_concrete_conditional_sample(key, self.logits, self.temperature, chosen)
+
 
 class Concrete(_NaryConcrete):
     r"""The Concrete distribution (paper Definition 1): a relaxed one-hot vector on the simplex.
@@ -169,6 +199,19 @@ class Concrete(_NaryConcrete):
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_log(key, sample_shape)
         return carry.attach(jnp.exp(y), y, Kind.LOG), [y]
+
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the top-down Gumbel construction, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        y = self._conditional_log(key, hard, sample_shape)
+        return carry.attach(jnp.exp(y), y, Kind.LOG)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0.5  # one-hot
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
@@ -217,6 +260,18 @@ class ExpConcrete(_NaryConcrete):
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         return carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
 
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the top-down Gumbel construction, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        return carry.attach(self._conditional_log(key, hard, sample_shape), None, Kind.LOG_SIMPLEX)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard == 0  # the log of a one-hot vector
+
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)
         if self._carried(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
@@ -244,6 +299,11 @@ class _BinaryConcrete(_ConcreteFamily):
         self._check_key(key)
         return _numerics.logit_bin_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
+    def _conditional_logit(self, key, hard, sample_shape):
+        self._check_key(key)
+        ones = self._conditioning(hard, sample_shape)
+        return _numerics.logit_bin_concrete_conditional_sample(key, self.logits, self.temperature, ones)
+
 
 class BinConcrete(_BinaryConcrete):
     r"""Binary Concrete (paper Definition 2): a relaxed Bernoulli on the unit interval (0, 1).
@@ -270,6 +330,19 @@ class BinConcrete(_BinaryConcrete):
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         y = self._sample_logit(key, sample_shape)
         return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
+
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        y = self._conditional_logit(key, hard, sample_shape)
+        return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0.5  # 0 or 1
 
     def _logit_of(self, value):
         y = carry.recall(value, (Kind.LOGIT,))
@@ -323,6 +396,18 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
         return carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
+
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        return carry.attach(self._conditional_logit(key, hard, sample_shape), None, Kind.REAL)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0  # -inf or +inf
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         self._check_value_shape(value)

@@ -70,6 +70,9 @@ class ConcreteStraightThrough(Concrete):
         return _numerics.concrete_log_prob(y, self.logits, self.temperature)
 
 
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; draw relaxed samples with Concrete(...).conditional_sample")
+
 class BinConcreteStraightThrough(BinConcrete):
     r"""Straight-through binary Concrete: a {0, 1} value whose gradient is that of a
     :class:`BinConcrete` sample ``x`` (eq. 16), ``value = [x > 1/2] + x - stop_gradient(x)``.
@@ -98,3 +101,6 @@ class BinConcreteStraightThrough(BinConcrete):
 
     def icdf(self, value: ArrayLike) -> Array:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the icdf")
+
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; draw relaxed samples with BinConcrete(...).conditional_sample")

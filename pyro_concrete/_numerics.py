@@ -12,6 +12,7 @@ multiplies a zero gradient by an infinite derivative (no NaN in backward).
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ._tracing import quiet_under_trace
 
@@ -61,6 +62,19 @@ def exp_concrete_sample(logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
     scores = (logits + gumbel(shape, logits)) / _per_category(temperature)
     return log_softmax(scores)
+
+
+def exp_concrete_conditional_sample(logits, temperature, chosen):
+    """Y given that its limit is the one-hot ``chosen`` (a boolean mask of the chosen category,
+    shaped like the sample): the top-down Gumbel construction (Tucker et al. 2017, appendix C). The
+    perturbed logits z = log a + G have their maximum, distributed Gumbel(logsumexp_k log a_k),
+    independent of where it is: that is z_b for the chosen b; every other z_k is Gumbel(log a_k)
+    truncated below z_b, drawn by inverting its CDF: z_k = -log(exp(-z_b) + exp(-log a_k) E_k),
+    E_k = -log V_k exponential. Then Y = log_softmax(z / t), as for an unconditional sample."""
+    log_exponential = torch.log(-torch.log(uniform(chosen.shape, logits)))
+    top = logits.logsumexp(-1, keepdim=True) - torch.where(chosen, log_exponential, 0.0).sum(-1, keepdim=True)
+    below = -torch.logaddexp(-top, log_exponential - logits)
+    return log_softmax(torch.where(chosen, top, below) / _per_category(temperature))
 
 
 @quiet_under_trace
@@ -129,6 +143,19 @@ def concrete_log_prob_at_boundary(y, logits, temperature):
 def logit_bin_concrete_sample(logits, temperature, shape):
     """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
     return (logits + logistic(shape, logits)) / temperature
+
+
+def logit_bin_concrete_conditional_sample(logits, temperature, ones):
+    """Y given that its limit is ``ones`` (a boolean, shaped like the sample): z = log a + L with the
+    logistic L conditioned on the sign of z, by inverting its CDF on U = V (1 - p) (z < 0) or
+    1 - p (1 - V) (z > 0), p = sigmoid(log a); written in logs so that no probability rounds to 0
+    or 1 (the logaddexp terms are log(1 - p(1 - V)) and log(1 - V(1 - p))). Then Y = z / t."""
+    v = uniform(ones.shape, logits)
+    log_v, log1m_v = torch.log(v), torch.log1p(-v)
+    log_p, log1m_p = F.logsigmoid(logits), F.logsigmoid(-logits)
+    positive = F.softplus(logits) - log1m_v + torch.logaddexp(log1m_p, log_p + log_v)
+    negative = log_v - F.softplus(-logits) - torch.logaddexp(log1m_v, log_v + log_p)
+    return torch.where(ones, positive, negative) / temperature
 
 
 def logit_bin_concrete_log_prob(y, logits, temperature):

@@ -14,6 +14,7 @@ from torch.distributions.utils import lazy_property
 from torch.types import _size
 
 from concrete_common.kinds import Kind
+from concrete_common import messages
 from concrete_common.messages import infinite_density_message
 
 from . import _numerics
@@ -66,6 +67,27 @@ class _ConcreteFamily(TorchDistribution):
         if self._validate_args:
             self._validate_sample(value)
 
+    @staticmethod
+    def _indicator(hard):
+        """The limit's value as a boolean: the chosen category (n-ary) or the ones (binary)."""
+        raise NotImplementedError
+
+    def _conditioning(self, hard, sample_shape):
+        """``hard`` (a value of the limit) as the boolean of the conditional sample's shape:
+        ``sample_shape`` + its broadcast with the batch and event shape; checked under validation."""
+        owner = f"{type(self).__name__}.conditional_rsample"
+        hard = torch.as_tensor(hard, dtype=self.logits.dtype, device=self.logits.device)
+        if self._validate_args and not torch.jit.is_tracing():
+            limit = self.discrete()
+            if not bool(limit.support.check(hard).all()):
+                raise messages.not_a_limit_value(owner, type(limit).__name__)
+        full = self.batch_shape + self.event_shape
+        try:
+            shape = torch.Size(sample_shape) + torch.broadcast_shapes(hard.shape, full)
+        except RuntimeError:
+            raise messages.hard_shape_mismatch(owner, hard.shape, full) from None
+        return self._indicator(hard).expand(shape)
+
     def _refuse_infinite_density(self, log_prob, boundary):
         """``log_prob`` of a value that is not an own sample; under validation, +inf anywhere (a
         boundary point where the density diverges: discrete data) raises. Under ``torch.jit.trace``
@@ -100,6 +122,10 @@ class _NaryConcrete(_ConcreteFamily):
             self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
+    def _conditional_log(self, hard, sample_shape):
+        chosen = self._conditioning(hard, sample_shape)
+        return _numerics.exp_concrete_conditional_sample(self.logits, self.temperature, chosen)
+
 
 class Concrete(_NaryConcrete):
     r"""The Concrete distribution (paper Definition 1): a relaxed one-hot vector on the simplex.
@@ -131,6 +157,19 @@ class Concrete(_NaryConcrete):
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_log(sample_shape)
         return carry.attach(torch.exp(y), y, Kind.LOG)
+
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the top-down Gumbel construction, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        y = self._conditional_log(hard, sample_shape)
+        return carry.attach(torch.exp(y), y, Kind.LOG)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0.5  # one-hot
 
     def log_prob(self, value: Tensor) -> Tensor:
         y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
@@ -178,6 +217,18 @@ class ExpConcrete(_NaryConcrete):
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         return carry.attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
 
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the top-down Gumbel construction, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        return carry.attach(self._conditional_log(hard, sample_shape), None, Kind.LOG_SIMPLEX)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard == 0  # the log of a one-hot vector
+
     def log_prob(self, value: Tensor) -> Tensor:
         if carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
@@ -206,6 +257,10 @@ class _BinaryConcrete(_ConcreteFamily):
             self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
+    def _conditional_logit(self, hard, sample_shape):
+        ones = self._conditioning(hard, sample_shape)
+        return _numerics.logit_bin_concrete_conditional_sample(self.logits, self.temperature, ones)
+
 
 class BinConcrete(_BinaryConcrete):
     r"""Binary Concrete (paper Definition 2): a relaxed Bernoulli on the unit interval (0, 1).
@@ -232,6 +287,19 @@ class BinConcrete(_BinaryConcrete):
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_logit(sample_shape)
         return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
+
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        y = self._conditional_logit(hard, sample_shape)
+        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0.5  # 0 or 1
 
     def _logit_of(self, value):
         y = carry.scoring_coordinates(value, (Kind.LOGIT,))
@@ -283,6 +351,18 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         return carry.attach(self._sample_logit(sample_shape), None, Kind.REAL)
+
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
+        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
+        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
+        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
+        return carry.attach(self._conditional_logit(hard, sample_shape), None, Kind.REAL)
+
+    @staticmethod
+    def _indicator(hard):
+        return hard > 0  # -inf or +inf
 
     def log_prob(self, value: Tensor) -> Tensor:
         if carry.scoring_coordinates(value, (Kind.REAL,)) is None:  # not an own sample

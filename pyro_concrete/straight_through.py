@@ -65,6 +65,9 @@ class ConcreteStraightThrough(Concrete):
         return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
 
 
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; draw relaxed samples with Concrete(...).conditional_rsample")
+
 class BinConcreteStraightThrough(BinConcrete):
     r"""Straight-through binary Concrete: a {0, 1} value whose gradient is that of a
     :class:`BinConcrete` sample ``x`` (eq. 16), ``value = [x > 1/2] + x - stop_gradient(x)``.
@@ -92,3 +95,6 @@ class BinConcreteStraightThrough(BinConcrete):
 
     def icdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the icdf")
+
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} has discrete values; draw relaxed samples with BinConcrete(...).conditional_rsample")

@@ -69,12 +69,34 @@ def categorical_log_mass(logits):
     return logits - logsumexp(logits, axis=-1, keepdims=True)
 
 
+def exp_concrete_conditional_sample(u, logits, t, chosen):
+    """ExpConcrete sample given its limit, the one-hot mask ``chosen`` (Tucker et al. 2017, appendix C):
+    the perturbed logits' maximum z_b = logsumexp(log a) + Gumbel is where ``chosen`` says; every
+    other z_k is Gumbel(log a_k) conditioned below z_b, by the inverse of its CDF
+    F(z) = exp(-exp(-(z - log a_k))) on u_k F(z_b): z_k = log a_k - log(-log u_k + exp(-(z_b - log a_k)))."""
+    logits = np.broadcast_to(logits, chosen.shape)
+    top = logsumexp(logits, axis=-1, keepdims=True) + np.where(chosen, gumbel(u), 0.0).sum(-1, keepdims=True)
+    below = logits - np.log(-np.log(u) + np.exp(-(top - logits)))
+    z = np.where(chosen, top, below) / np.asarray(t)[..., None]
+    return z - logsumexp(z, axis=-1, keepdims=True)
+
+
 # ----------------------------------------------------------------------------- binary
 
 
 def logit_bin_concrete_sample(u, logits, t):
     """Y = (log a + L)/t (eq. 26); sigmoid(Y) ~ BinConcrete."""
     return (logits + logistic(u)) / t
+
+
+def logit_bin_concrete_conditional_sample(u, logits, t, ones):
+    """Y given its limit ``ones``: log a + L with L = logit(U') for U' uniform on the side of 1 - p
+    that ``ones`` gives, U' = u (1 - p) or (1 - p) + u p, p = sigmoid(log a); with log U' and
+    log(1 - U') from log_expit so that 1 - p is not rounded."""
+    log_p, log1m_p = log_expit(logits), log_expit(-logits)
+    log_u_prime = np.where(ones, np.logaddexp(log1m_p, np.log(u) + log_p), np.log(u) + log1m_p)
+    log1m_u_prime = np.where(ones, log_p + np.log1p(-u), np.log1p(-np.exp(np.log(u) + log1m_p)))
+    return (logits + log_u_prime - log1m_u_prime) / t
 
 
 def bin_concrete_log_density(logit_x, logits, t):

@@ -54,6 +54,10 @@ class Backend:
     def sample(self, d, sample_shape=(), seed=0):
         return d.sample(jax.random.PRNGKey(seed), tuple(sample_shape))
 
+    def conditional_sample(self, d, hard, sample_shape=(), seed=0):
+        """A relaxed sample of ``d`` given its limit ``hard`` (``conditional_sample``)."""
+        return d.conditional_sample(jax.random.PRNGKey(seed), hard, tuple(sample_shape))
+
     def uniforms(self, d, sample_shape=(), seed=0):
         return self._uniforms(d, tuple(sample_shape), jax.random.PRNGKey(seed))
 

@@ -49,6 +49,11 @@ class Backend:
         shape = torch.Size(sample_shape)
         return d.rsample(shape) if d.has_rsample else d.sample(shape)
 
+    def conditional_sample(self, d, hard, sample_shape=(), seed=0):
+        """A relaxed sample of ``d`` given its limit ``hard`` (``conditional_rsample``)."""
+        torch.manual_seed(seed)
+        return d.conditional_rsample(hard, torch.Size(sample_shape))
+
     def uniforms(self, d, sample_shape=(), seed=0):
         torch.manual_seed(seed)
         like = d.logits.detach()
