@@ -107,10 +107,10 @@ def check_full_plate(plate, subsample_size, size):
         )
 
 
-def check_num_particles(num_particles, least=1):
+def check_num_particles(num_particles, least=1, name="num_particles"):
     if not (isinstance(num_particles, int) and not isinstance(num_particles, bool) and num_particles >= least):
         why = "a positive integer" if least == 1 else f"an integer >= {least} (the leave-one-out baseline needs two)"
-        raise ModelError(f"num_particles must be {why}, got {num_particles!r}")
+        raise ModelError(f"{name} must be {why}, got {num_particles!r}")
 
 
 def outside_plate(site, plate):

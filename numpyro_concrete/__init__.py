@@ -9,6 +9,7 @@ Variables", ICLR 2017.
 from . import constraints, limits, transforms  # noqa: F401
 from .constraints import log_simplex
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .estimators import REBAR, RELAX, DisARM, GumbelRao
 from .evaluation import Predictive, discrete_log_likelihood, map_assignment, marginal_log_likelihood, sample_assignment
 from .handlers import discrete, relax
 from .hard_concrete import HardConcrete
@@ -39,6 +40,10 @@ __all__ = [
     "VIMCO",
     "ScoreFunctionELBO",
     "L0Objective",
+    "REBAR",
+    "RELAX",
+    "GumbelRao",
+    "DisARM",
     "exponential_decay",
     "linear_decay",
     "constant",

@@ -16,7 +16,7 @@ from pyro.infer.autoguide import AutoContinuous, AutoGuideList
 from pyro.infer.enum import get_importance_trace
 from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.util import site_is_subsample
+from pyro.poutine.util import prune_subsample_sites, site_is_subsample
 
 from concrete_common import discrete_proposal, messages
 
@@ -140,6 +140,14 @@ def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Found vars in model but not guide")
         return get_importance_trace("flat", max_plate_nesting, model, guide, args, kwargs)
+
+
+def replayed_model_trace(model, guide_trace, args, kwargs):
+    """The model replayed against a given guide trace, its subsample sites pruned and every site
+    scored (the model side of ``get_importance_trace``, for a guide trace made otherwise)."""
+    trace = prune_subsample_sites(poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs))
+    trace.compute_log_prob()
+    return trace
 
 
 def no_guide(*args, **kwargs):

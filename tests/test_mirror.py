@@ -145,6 +145,9 @@ DOCSTRINGS_DIFFER = {
     "log_space_config": "Pyro marks the deterministic site auxiliary for its model/guide check",
     "marginal_log_likelihood": "the parameters' default, and what the result is differentiable in",
     "sample_assignment": "NumPyro's rng_key; Pyro's note on its host's Predictive",
+    "REBAR": "where the control variate's parameters are trained: Pyro's loss_and_grads, NumPyro's guide (loss.guide)",
+    "RELAX": "the network: an nn.Module registered by the loss (Pyro), a function of numpyro.param sites (NumPyro)",
+    "GumbelRao": "the conditional sampler's name (conditional_rsample, conditional_sample)",
 }
 DOC_WORDS = HOST_WORDS + [("a tensor", "an array"), ("tensors", "arrays"), ("tensor", "array")]
 

@@ -117,11 +117,13 @@ class Backend:
             losses.append(loss)
         return np.asarray(losses), {k: np.asarray(v) for k, v in svi.get_params(state).items()}
 
-    def loss_samples(self, model, guide, *args, loss, seeds):
+    def loss_samples(self, model, guide, *args, loss, seeds, at=None):
         """The loss and its gradients with respect to the (unconstrained) parameters, one per seed,
-        at the parameters' initial values: (values (S,), {name: (S, ...)}), the seeds in one vmap."""
+        at the parameters' initial values (or those in ``at``, by name): (values (S,), {name: (S, ...)}),
+        the seeds in one vmap."""
         svi = SVI(model, guide, numpyro.optim.Adam(0.0), loss)
         params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
+        params.update({name: jnp.asarray(np.asarray(value), dtype=jnp.result_type(params[name])) for name, value in (at or {}).items()})
 
         def value_and_grad(key):
             return jax.value_and_grad(lambda p: loss.loss(key, p, model, guide, *args))(params)

@@ -123,19 +123,21 @@ class Backend:
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
         return losses, params
 
-    def loss_samples(self, model, guide, *args, loss, seeds):
+    def loss_samples(self, model, guide, *args, loss, seeds, at=None):
         """The loss and its gradients with respect to the (unconstrained) parameters, one per seed,
-        at the parameters' initial values: (values (S,), {name: (S, ...)})."""
+        at the parameters' initial values (or those in ``at``, by name): (values (S,), {name: (S, ...)})."""
         pyro.clear_param_store()
         pyro.set_rng_seed(0)
-        loss.loss(model, guide, *args)  # creates the parameters
+        loss.loss(model, guide, *args)  # creates the parameters (and the loss's own)
         store = pyro.get_param_store()
+        for name, value in (at or {}).items():
+            store[name] = torch.as_tensor(np.asarray(value), dtype=store[name].dtype)
         values, grads = [], {name: [] for name, _ in store.named_parameters()}
         for seed in seeds:
             pyro.set_rng_seed(seed)
             values.append(loss.loss_and_grads(model, guide, *args))
             for name, p in store.named_parameters():
-                grads[name].append(p.grad.detach().numpy().copy())
+                grads[name].append(np.zeros(tuple(p.shape)) if p.grad is None else p.grad.detach().numpy().copy())
                 p.grad = None
         return np.array(values), {name: np.array(g) for name, g in grads.items()}
 

@@ -1,0 +1,561 @@
+"""Gradients of the discrete graph built on the Concrete relaxation, as SVI losses: REBAR (Tucker et
+al. 2017), RELAX (Grathwohl et al. 2018), Gumbel-Rao (Paulus, Maddison & Krause 2021) and DisARM
+(Dong, Mnih & Tucker 2020).
+
+The model and guide are written as for relaxed training (Concrete / BinConcrete sites, or their
+log-space nodes); these losses train the **discrete** graph: the ELBO of the model and guide with
+every Concrete-family site replaced by its zero-temperature limit, one draw of the guide per step,
+one ELBO per element of ``plate``. Each latent site of the guide is drawn as its limit b = H(z), z
+the site's relaxed sample, and scored by the limit's mass; what the relaxation adds is a control
+variate (REBAR, RELAX) or the gradient path (Gumbel-Rao). REBAR, RELAX and DisARM are unbiased for
+the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator, biased, with its
+variance reduced by averaging over conditional relaxed samples.
+
+The unbiased estimators need one stochastic layer in the guide: no relaxed site's distribution may
+depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites side
+by side are fine). A guide where one does raises a ValueError (inside ``jit``, from the compiled
+step, as a JAX runtime error carrying the same message).
+"""
+
+import warnings
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax import Array
+from numpyro import handlers
+from numpyro.infer import ELBO
+from numpyro.primitives import Messenger
+
+from concrete_common import messages
+from concrete_common.messages import named_errors
+
+from ._traces import importance_traces, log_weights, per_element, sample_sites, trace, with_params
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .handlers import rewrap, unwrap
+from .hard_concrete import HardConcrete
+
+__all__ = ["REBAR", "RELAX", "GumbelRao", "DisARM"]
+
+_N_ARY = (Concrete, ExpConcrete)
+_RELAXED = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete)
+
+
+# ----------------------------------------------------------------------------- sites
+
+
+class _SoftMass(dist.Distribution):
+    """The mass of a Concrete-family site's limit, extended linearly to relaxed values:
+    ``sum_k s_k log pi_k`` (n-ary) or ``s log p + (1 - s) log(1 - p)`` (binary), ``s`` the value on
+    the simplex or the unit interval (``exp``, ``sigmoid`` of a log-space node's value). Exact at the
+    limit's values; what the control variates evaluate at relaxed samples, and differentiable in the
+    value for the straight-through path."""
+
+    arg_constraints: dict = {}
+    reparametrized_params: list = []  # has_rsample: NumPyro keeps the value's gradient (straight-through)
+    pytree_aux_fields = ("base",)
+
+    def __init__(self, base):
+        self.base = base
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def log_prob(self, value):
+        logits = self.base.logits
+        if isinstance(self.base, ExpConcrete):
+            value = jnp.exp(value)
+        elif isinstance(self.base, LogitBinConcrete):
+            value = jax.nn.sigmoid(value)
+        if isinstance(self.base, _N_ARY):
+            return (value * jax.nn.log_softmax(logits, -1)).sum(-1)
+        return value * jax.nn.log_sigmoid(logits) + (1 - value) * jax.nn.log_sigmoid(-logits)
+
+
+def _relaxed_base(msg):
+    """(base, wrappers) of a latent Concrete-family site, or None; a Hard Concrete site raises."""
+    if msg["type"] != "sample" or msg["is_observed"]:
+        return None
+    base, wrappers = unwrap(msg["fn"])
+    if isinstance(base, HardConcrete):
+        raise messages.ModelError(
+            f"site {msg['name']!r} holds HardConcrete, whose gates have no relaxed limit of their own: train "
+            "gates with L0Objective"
+        )
+    return (base, wrappers) if isinstance(base, _RELAXED) else None
+
+
+class _Site:
+    """One latent Concrete-family site of the guide, drawn once per step: its distribution (``base``,
+    expanded to the site's shape), relaxed coordinates ``y`` at the site's temperature (log x, or
+    logit x), the limit ``b``, and what the estimator derived from them."""
+
+    def __init__(self, base, shape, key):
+        self.n_ary = isinstance(base, _N_ARY)
+        self.base = base.expand(tuple(shape[: len(shape) - len(base.event_shape)]))
+        self.key, draw_key = jax.random.split(key)
+        self.y = self.base._sample_log(draw_key, ()) if self.n_ary else self.base._sample_logit(draw_key, ())
+        self.b = self.limit(self.y)
+
+    def limit(self, y):
+        """The limit of the relaxed coordinates y, as a value of the site (one-hot, log one-hot, 0/1, +-inf)."""
+        y = jax.lax.stop_gradient(y)
+        if self.n_ary:
+            one_hot = jax.nn.one_hot(jnp.argmax(y, -1), y.shape[-1], dtype=y.dtype)
+            return jnp.log(one_hot) if isinstance(self.base, ExpConcrete) else one_hot
+        ones = y > 0
+        if isinstance(self.base, LogitBinConcrete):
+            return jnp.where(ones, jnp.inf, -jnp.inf).astype(y.dtype)
+        return ones.astype(y.dtype)
+
+    def conditional(self, sample_shape=()):
+        """Relaxed coordinates given the limit b, at the site's temperature."""
+        if self.n_ary:
+            return self.base._conditional_log(self.key, self.b, tuple(sample_shape))
+        return self.base._conditional_logit(self.key, self.b, tuple(sample_shape))
+
+    def value(self, y, scale=1.0):
+        """The site's value for relaxed coordinates ``y`` at the site's temperature times ``scale``."""
+        if self.n_ary:
+            y = jax.nn.log_softmax(y / scale, axis=-1)
+            return jnp.exp(y) if isinstance(self.base, Concrete) else y
+        y = y / scale
+        return jax.nn.sigmoid(y) if isinstance(self.base, BinConcrete) else y
+
+
+class _Draws(Messenger):
+    """At every latent Concrete-family site of the guide: a :class:`_Site` drawn once, the value
+    ``value_of(site)`` (the limit b unless the estimator says otherwise), scored by the limit's
+    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn."""
+
+    def __init__(self, fn, value_of=None):
+        self.value_of = value_of or (lambda site: site.b)
+        self.sites = {}
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        found = _relaxed_base(msg)
+        if found is None:
+            return
+        base, wrappers = found
+        site = _Site(base, msg["fn"].shape(), numpyro.prng_key())
+        self.sites[msg["name"]] = site
+        msg["value"] = self.value_of(site)
+        msg["fn"] = rewrap(_SoftMass(base), wrappers)
+
+
+class _Feed(Messenger):
+    """Feeds given values to the guide's Concrete-family sites and records each site's logits (the
+    check of one stochastic layer)."""
+
+    def __init__(self, fn, values):
+        self.values, self.logits = values, {}
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        found = _relaxed_base(msg)
+        if found is not None and msg["name"] in self.values:
+            self.logits[msg["name"]] = found[0].logits
+            msg["value"] = self.values[msg["name"]]
+
+
+class _ScoredByMass(Messenger):
+    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`)."""
+
+    def process_message(self, msg):
+        found = _relaxed_base(msg)
+        if found is not None:
+            msg["fn"] = rewrap(_SoftMass(found[0]), found[1])
+
+
+def _with_values(guide_trace, values):
+    """A copy of ``guide_trace`` with the sites in ``values`` holding those values, rescored."""
+    new = dict(guide_trace)
+    for name, value in values.items():
+        site = dict(guide_trace[name], value=value)
+        log_prob = site["fn"].log_prob(value)
+        site["log_prob"] = log_prob if site["scale"] is None else site["scale"] * log_prob
+        new[name] = site
+    return new
+
+
+class _FixedParams(Messenger):
+    """Parameters held fixed (no gradient): the control variates train the guide only."""
+
+    def postprocess_message(self, msg):
+        if msg["type"] == "param":
+            msg["value"] = jax.lax.stop_gradient(msg["value"])
+
+
+def _raise_if(flag, error):
+    if flag:
+        raise error
+
+
+# ----------------------------------------------------------------------------- the losses
+
+
+class _DiscreteGraphLoss(ELBO):
+    """The discrete graph's ELBO, one draw of the guide, one ELBO per element of ``plate``; the
+    estimators differ in the surrogate whose gradient they are."""
+
+    can_infer_discrete = True
+    one_layer = True  # the estimator needs one stochastic layer in the guide
+    binary_only = False
+    tunable: tuple[str, ...] = ()  # the names (after the class name) of the parameters trained on the variance
+
+    def __init__(self, plate: Optional[str] = None) -> None:
+        super().__init__(num_particles=1)
+        self.plate = plate
+
+    def guide(self, guide: Callable[..., Any]) -> Callable[..., Any]:
+        """``guide`` with this estimator's own parameters declared in it (NumPyro's ``SVI.init``
+        collects parameters from the model and the guide only): ``SVI(model, loss.guide(guide),
+        optim, loss)`` trains them; without it they keep their initial values."""
+        return guide
+
+    def _draw(self, model, guide, key, args, kwargs, value_of=None):
+        """(model trace, guide trace, {site: _Site}) with the guide's sites drawn as their limits."""
+        draws = _Draws(guide, value_of)
+        model_trace, guide_trace = importance_traces(_ScoredByMass(model), draws, key, args, kwargs)
+        if not draws.sites:
+            raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
+        for name, site in draws.sites.items():
+            if self.binary_only and site.n_ary:
+                raise messages.ModelError(f"site {name!r} is categorical; {type(self).__name__} is for binary sites")
+            site.plate_axis = self._plate_axis(guide_trace[name])
+        if self.one_layer and len(draws.sites) > 1:
+            self._check_one_layer(guide, key, args, kwargs, draws.sites)
+        return model_trace, guide_trace, draws.sites
+
+    def _plate_axis(self, node):
+        """Where ``plate`` is among the axes of the site's value (None without a plate)."""
+        if self.plate is None:
+            return None
+        frames = [f for f in node["cond_indep_stack"] if f.name == self.plate]
+        if not frames:
+            raise messages.outside_plate(node["name"], self.plate)
+        return jnp.ndim(node["value"]) - node["fn"].event_dim + frames[0].dim
+
+    def _check_one_layer(self, guide, key, args, kwargs, sites):
+        """Reruns the guide with every site at the other limit value: the logits must not change
+        (checked inside ``jit`` by a callback that raises)."""
+        feed = _Feed(guide, {name: _flip(site) for name, site in sites.items()})
+        trace(handlers.block(feed), key, args, kwargs)
+        changed = [
+            jnp.any(jnp.broadcast_to(feed.logits[name], site.base.logits.shape) != jax.lax.stop_gradient(site.base.logits))
+            for name, site in sites.items()
+        ]
+        error = ValueError(  # raised from the compiled step, outside the named boundary: named here
+            f"{type(self).__name__}: a relaxed site's distribution depends on the value of another relaxed site "
+            f"({', '.join(map(repr, sites))}): {type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
+        )
+        jax.debug.callback(lambda flag: _raise_if(bool(flag), error), jnp.any(jnp.stack(changed)))
+
+    def _elbo(self, model_trace, guide_trace):
+        """The ELBO per element of ``plate`` (a scalar without one)."""
+        return log_weights(model_trace, guide_trace, self.plate)
+
+    def _site_sum(self, guide_trace, sites):
+        """log q of the limits per element: the sum over the relaxed sites."""
+        return sum(per_element(guide_trace[name]["log_prob"], guide_trace[name], self.plate) for name in sites)
+
+    def _world(self, model, key, guide_trace, values, args, kwargs, fixed_model=False):
+        """The ELBO with the guide's sites at ``values`` (the other sites as drawn); ``fixed_model``:
+        with the model's parameters held fixed."""
+        world_guide = _with_values(guide_trace, values)
+        scored = _ScoredByMass(_FixedParams(model) if fixed_model else model)
+        world_model = handlers.trace(handlers.replay(handlers.seed(scored, key), trace=world_guide)).get_trace(*args, **kwargs)
+        for site in sample_sites(world_model):
+            log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
+            site["log_prob"] = log_prob if site["scale"] is None else site["scale"] * log_prob
+        return self._elbo(world_model, world_guide)
+
+    def _surrogate(self, key, model, guide, args, kwargs, tunables):
+        raise NotImplementedError
+
+    @named_errors()
+    def loss_with_mutable_state(
+        self,
+        rng_key: Array,
+        param_map: dict[str, Any],
+        model: Callable[..., Any],
+        guide: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        prefix = type(self).__name__
+        tunables = {name: param_map[name] for name in param_map if name.startswith(f"{prefix}.")}
+        model_m, guide_m = with_params(model, param_map), with_params(guide, param_map)
+        surrogate, elbo, guide_names = self._surrogate(rng_key, model_m, guide_m, args, kwargs, jax.lax.stop_gradient(tunables))
+        loss = -(surrogate - jax.lax.stop_gradient(surrogate) + jax.lax.stop_gradient(elbo)).sum()
+        if self.tunable and not tunables:
+            warnings.warn(
+                f"{prefix}: its parameters ({', '.join(f'{prefix}.{t}' for t in self.tunable)}) are not in the model or guide, "
+                f"so they keep their initial values and are not trained on the variance: pass guide=loss.guide(guide) to SVI",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if tunables:
+            square = self._square(rng_key, param_map, model, guide, args, kwargs, tunables, guide_names)
+            loss = loss + square - jax.lax.stop_gradient(square)
+        return {"loss": loss, "mutable_state": None}
+
+    def _square(self, key, param_map, model, guide, args, kwargs, tunables, guide_names):
+        """|g|^2, g the estimate of the guide parameters' gradient as a function of the tunables (the
+        other parameters held fixed): the vector-Jacobian product of the components (f(b),
+        log q(b), c(z), c(z~)) with (1, f(b) - c(z~), 1, -1), whose cotangent stays a function of
+        the tunables."""
+        fixed = {name: jax.lax.stop_gradient(value) for name, value in param_map.items() if name not in tunables}
+        theta = {name: fixed[name] for name in guide_names if name in fixed}
+
+        def components(theta):
+            params = {**fixed, **theta, **tunables}
+            return self._components(key, with_params(model, params), with_params(guide, params), args, kwargs, tunables)[0]
+
+        (f_b, log_q, c_z, c_zt), vjp = jax.vjp(components, theta)
+        ones = jnp.ones_like(f_b)
+        (estimate,) = vjp((ones, f_b - c_zt, ones, -ones))
+        return sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(estimate))
+
+
+def _guide_params(guide_trace):
+    return [name for name, site in guide_trace.items() if site["type"] == "param"]
+
+
+def _flip(site):
+    """The other limit value at every coordinate (a one-hot shifted by one category; 0 <-> 1)."""
+    b = site.b
+    if site.n_ary:
+        return jnp.roll(b, 1, -1)
+    return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+
+
+class _ControlVariateLoss(_DiscreteGraphLoss):
+    """REBAR and RELAX: ``f(b) + stop(f(b) - c(z~)) log q(b) + c(z) - c(z~)`` per element, z the
+    relaxed sample behind b, z~ a relaxed sample given b, c the control variate; its tunable
+    parameters (``{name}.eta``, ``{name}.log_temperature_scale``, RELAX's network) are trained on the
+    sum of squares of the estimate of the guide parameters' gradient (a single-sample estimate of its
+    variance, up to a constant): declared in the guide by :meth:`guide`."""
+
+    tunable: tuple[str, ...] = ("eta", "log_temperature_scale")
+
+    def guide(self, guide: Callable[..., Any]) -> Callable[..., Any]:
+        """``guide`` with this estimator's own parameters declared in it (NumPyro's ``SVI.init``
+        collects parameters from the model and the guide only): ``SVI(model, loss.guide(guide),
+        optim, loss)`` trains them; without it they keep their initial values."""
+        prefix = type(self).__name__
+
+        def with_estimator_parameters(*args, **kwargs):
+            result = guide(*args, **kwargs)
+            numpyro.param(f"{prefix}.eta", 1.0)
+            numpyro.param(f"{prefix}.log_temperature_scale", 0.0)
+            return result
+
+        return with_estimator_parameters
+
+    def _tunables(self, tunables):
+        prefix = type(self).__name__
+        return tunables.get(f"{prefix}.eta", 1.0), jnp.exp(tunables.get(f"{prefix}.log_temperature_scale", 0.0))
+
+    def _control_variate(self, f_relaxed, values, sites, tunables):
+        return self._tunables(tunables)[0] * f_relaxed
+
+    def _components(self, key, model, guide, args, kwargs, tunables):
+        """Per element: (f(b), log q(b), c(z), c(z~)); and the guide's parameter names."""
+        draw_key, world_key = jax.random.split(key)
+        model_trace, guide_trace, sites = self._draw(model, guide, draw_key, args, kwargs)
+        f_b = self._elbo(model_trace, guide_trace)
+        log_q = self._site_sum(guide_trace, sites)
+        _, scale = self._tunables(tunables)
+        relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
+        conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
+        worlds = [self._world(model, world_key, guide_trace, values, args, kwargs, fixed_model=True) for values in (relaxed, conditional)]
+        c_z = self._control_variate(worlds[0], relaxed, sites, tunables)
+        c_zt = self._control_variate(worlds[1], conditional, sites, tunables)
+        return (f_b, log_q, c_z, c_zt), _guide_params(guide_trace)
+
+    def _surrogate(self, key, model, guide, args, kwargs, tunables):
+        (f_b, log_q, c_z, c_zt), guide_names = self._components(key, model, guide, args, kwargs, tunables)
+        return f_b + jax.lax.stop_gradient(f_b - c_zt) * log_q + c_z - c_zt, f_b, guide_names
+
+
+class REBAR(_ControlVariateLoss):
+    """REBAR (Tucker et al. 2017): the score-function gradient of the discrete graph's ELBO with the
+    control variate ``eta f(sigma_lambda(z))``, evaluated at the relaxed sample z behind the limit b
+    and, in the score term, at a relaxed sample z~ given b (``conditional_sample``), where f is the
+    ELBO with each relaxed site scored by its limit's mass extended to relaxed values and
+    sigma_lambda relaxes at the site's temperature times ``exp(log_temperature_scale)``. Unbiased for
+    any ``eta`` and lambda; both are parameters (``REBAR.eta``, ``REBAR.log_temperature_scale``,
+    initially 1 and 0) trained to lower the variance of the guide's gradient, once declared in the
+    guide: ``SVI(model, loss.guide(guide), optim, loss)``. The model's parameters get the gradient
+    of f(b) alone.
+
+    :param str plate: the data plate (one ELBO, and one learning signal, per element), or None.
+    """
+
+
+class RELAX(_ControlVariateLoss):
+    """RELAX (Grathwohl et al. 2018): REBAR's estimator with the control variate
+    ``eta f(sigma_lambda(z)) + r(sigma_lambda(z))``, r a network of the relaxed values of the
+    guide's sites (per element of ``plate``, their coordinates side by side), trained with ``eta`` and
+    lambda to lower the variance of the guide's gradient (see :class:`REBAR`). Unbiased whatever r.
+
+    :param str plate: the data plate, or None.
+    :param control_variate: the network r, a function from (..., D) features to (...,) whose
+        parameters are ``numpyro.param`` sites named ``RELAX.network...``; by default one hidden
+        layer of ``hidden`` tanh units with a zero output layer (RELAX starts as REBAR).
+    :param int hidden: the default network's width.
+    """
+
+    tunable = ("eta", "log_temperature_scale", "network")
+
+    def __init__(self, plate: Optional[str] = None, control_variate: Optional[Callable[..., Any]] = None, hidden: int = 32) -> None:
+        super().__init__(plate=plate)
+        self.control_variate, self.hidden = control_variate or self._default_network, hidden
+
+    def _default_network(self, features):
+        prefix = f"{type(self).__name__}.network"
+        inputs, glorot = features.shape[-1], jax.nn.initializers.glorot_uniform()
+        w0 = numpyro.param(f"{prefix}.w0", lambda key: glorot(key, (inputs, self.hidden), features.dtype))
+        b0 = numpyro.param(f"{prefix}.b0", jnp.zeros(self.hidden, features.dtype))
+        w1 = numpyro.param(f"{prefix}.w1", jnp.zeros((self.hidden, 1), features.dtype))
+        b1 = numpyro.param(f"{prefix}.b1", jnp.zeros(1, features.dtype))
+        return (jnp.tanh(features @ w0 + b0) @ w1 + b1)[..., 0]
+
+    def guide(self, guide: Callable[..., Any]) -> Callable[..., Any]:
+        """``guide`` with this estimator's own parameters declared in it (NumPyro's ``SVI.init``
+        collects parameters from the model and the guide only): ``SVI(model, loss.guide(guide),
+        optim, loss)`` trains them; without it they keep their initial values."""
+        with_tunables = super().guide(guide)
+
+        def with_network(*args, **kwargs):
+            with handlers.trace() as traced:
+                result = with_tunables(*args, **kwargs)
+            sites, values = {}, {}
+            for name, node in traced.items():
+                if node["type"] != "sample" or node["is_observed"]:
+                    continue
+                base = unwrap(node["fn"])[0]
+                base = base.base if isinstance(base, _SoftMass) else base  # inside the loss: drawn by it
+                if isinstance(base, _RELAXED):
+                    sites[name] = SimpleNamespace(base=base, plate_axis=self._plate_axis(node))
+                    values[name] = node["value"]
+            self.control_variate(_features(values, sites, self.plate))  # declares the network's parameters
+            return result
+
+        return with_network
+
+    def _control_variate(self, f_relaxed, values, sites, tunables):
+        eta, _ = self._tunables(tunables)
+        network = {name: value for name, value in tunables.items() if name.startswith(f"{type(self).__name__}.network")}
+        if not network:
+            return eta * f_relaxed
+        residual = handlers.substitute(self.control_variate, data=network)(_features(values, sites, self.plate))
+        return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
+
+
+def _features(values, sites, plate):
+    """The sites' values side by side, one row per element of ``plate`` (a single row without one)."""
+    rows = []
+    for name, site in sites.items():
+        value = values[name]
+        if isinstance(site.base, ExpConcrete):
+            value = jnp.exp(value)
+        elif isinstance(site.base, LogitBinConcrete):
+            value = jax.nn.sigmoid(value)
+        if plate is None:
+            rows.append(value.reshape(1, -1))
+        else:
+            moved = jnp.moveaxis(value, site.plate_axis, 0)
+            rows.append(moved.reshape(moved.shape[0], -1))
+    return jnp.concatenate(rows, -1)
+
+
+def _per_element_to_site(vector, site, plate):
+    """A value per element of ``plate`` (a scalar without one), broadcastable to the site's value."""
+    if plate is None:
+        return vector
+    return vector.reshape(vector.shape + (1,) * (jnp.ndim(site.b) - site.plate_axis - 1))
+
+
+def _to_elements(values, site, plate):
+    """A tensor of the site's shape summed to one value per element of ``plate`` (a scalar without one)."""
+    if plate is None:
+        return values.sum()
+    moved = jnp.moveaxis(values, site.plate_axis, 0)
+    return moved.reshape(moved.shape[0], -1).sum(-1)
+
+
+class GumbelRao(_DiscreteGraphLoss):
+    """Gumbel-Rao (Paulus, Maddison & Krause 2021): the straight-through Gumbel-softmax gradient,
+    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value: each relaxed
+    site of the guide takes the value ``b + mean_i x_i - stop_gradient(mean_i x_i)``, b its limit and
+    x_i relaxed samples given b (``conditional_sample``) at the site's temperature, and the
+    discrete graph's ELBO is differentiated through it. Biased (as straight-through is: its mean is
+    the straight-through estimator's for every ``num_samples``) but with a variance that falls with
+    ``num_samples``. The sites must be Concrete or BinConcrete (a log-space node's straight-through
+    value carries no gradient); any number of stochastic layers.
+
+    :param str plate: the data plate, or None.
+    :param int num_samples: k, the relaxed samples averaged per site and step.
+    """
+
+    one_layer = False
+
+    @named_errors()
+    def __init__(self, plate: Optional[str] = None, num_samples: int = 10) -> None:
+        messages.check_num_particles(num_samples, name="num_samples")
+        super().__init__(plate=plate)
+        self.num_samples = num_samples
+
+    def _straight_through(self, site):
+        if isinstance(site.base, (ExpConcrete, LogitBinConcrete)):
+            raise messages.ModelError(
+                f"GumbelRao: a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
+                "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
+            )
+        soft = site.value(site.conditional((self.num_samples,))).mean(0)
+        return site.b + soft - jax.lax.stop_gradient(soft)
+
+    def _surrogate(self, key, model, guide, args, kwargs, tunables):
+        model_trace, guide_trace, _ = self._draw(model, guide, key, args, kwargs, value_of=self._straight_through)
+        elbo = self._elbo(model_trace, guide_trace)
+        return elbo, elbo, _guide_params(guide_trace)
+
+
+class DisARM(_DiscreteGraphLoss):
+    """DisARM (Dong, Mnih & Tucker 2020) for binary sites: unbiased, antithetic, no relaxation. The
+    logistic noise eps behind each site's limit b = H(a + eps) gives a second value b~ = H(a - eps);
+    with f the discrete graph's ELBO per element, the gradient in the logits a is
+    ``(f(b) - f(b~)) / 2 * (-1)^b~ * [b != b~] * sigmoid(|a|)`` coordinate by coordinate, and every
+    direct dependence (the model's parameters, the guide's continuous sites) gets the mean of the two
+    ELBOs' gradients. The loss value is minus that mean. BinConcrete or LogitBinConcrete sites only.
+
+    :param str plate: the data plate, or None.
+    """
+
+    binary_only = True
+
+    def _surrogate(self, key, model, guide, args, kwargs, tunables):
+        draw_key, world_key = jax.random.split(key)
+        model_trace, guide_trace, sites = self._draw(model, guide, draw_key, args, kwargs)
+        f_b = self._elbo(model_trace, guide_trace)
+        antithetic = {}
+        for name, site in sites.items():
+            site.b_tilde = site.limit(2 * site.base.logits / site.base.temperature - site.y)  # H(a - eps): y = (a + eps) / t
+            antithetic[name] = site.b_tilde
+        f_bt = self._world(model, world_key, guide_trace, antithetic, args, kwargs)
+        difference = jax.lax.stop_gradient(f_b - f_bt) / 2
+        surrogate = (f_b + f_bt) / 2
+        for site in sites.values():
+            ones, ones_tilde = site.b > 0, site.b_tilde > 0  # 0/1 or -inf/+inf
+            sign = jnp.where(ones_tilde, -1.0, 1.0)
+            coefficient = _per_element_to_site(difference, site, self.plate) * sign * (ones != ones_tilde) * jax.nn.sigmoid(jnp.abs(site.base.logits))
+            surrogate = surrogate + _to_elements(jax.lax.stop_gradient(coefficient) * site.base.logits, site, self.plate)
+        return surrogate, (f_b + f_bt) / 2, _guide_params(guide_trace)

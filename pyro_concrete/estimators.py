@@ -1,0 +1,500 @@
+"""Gradients of the discrete graph built on the Concrete relaxation, as SVI losses: REBAR (Tucker et
+al. 2017), RELAX (Grathwohl et al. 2018), Gumbel-Rao (Paulus, Maddison & Krause 2021) and DisARM
+(Dong, Mnih & Tucker 2020).
+
+The model and guide are written as for relaxed training (Concrete / BinConcrete sites, or their
+log-space nodes); these losses train the **discrete** graph: the ELBO of the model and guide with
+every Concrete-family site replaced by its zero-temperature limit, one draw of the guide per step,
+one ELBO per element of ``plate``. Each latent site of the guide is drawn as its limit b = H(z), z
+the site's relaxed sample, and scored by the limit's mass; what the relaxation adds is a control
+variate (REBAR, RELAX) or the gradient path (Gumbel-Rao). REBAR, RELAX and DisARM are unbiased for
+the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator, biased, with its
+variance reduced by averaging over conditional relaxed samples.
+
+The unbiased estimators need one stochastic layer in the guide: no relaxed site's distribution may
+depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites side
+by side are fine). A guide where one does raises a ValueError.
+"""
+
+import math
+from typing import Any, Callable, Optional
+
+import pyro
+import torch
+import torch.nn.functional as F
+from pyro import poutine
+from pyro.distributions import TorchDistribution
+from pyro.poutine.messenger import Messenger
+from torch import Tensor, nn
+
+from concrete_common import messages
+from concrete_common.messages import named_errors
+
+from ._numerics import log_softmax
+from ._traces import importance_traces, log_weights, per_particle, replayed_model_trace
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .handlers import rewrap, unwrap
+from .hard_concrete import HardConcrete
+from .losses import ImportanceWeightedELBO
+
+__all__ = ["REBAR", "RELAX", "GumbelRao", "DisARM"]
+
+_N_ARY = (Concrete, ExpConcrete)
+_RELAXED = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete)
+
+
+# ----------------------------------------------------------------------------- sites
+
+
+class _SoftMass(TorchDistribution):
+    """The mass of a Concrete-family site's limit, extended linearly to relaxed values:
+    ``sum_k s_k log pi_k`` (n-ary) or ``s log p + (1 - s) log(1 - p)`` (binary), ``s`` the value on
+    the simplex or the unit interval (``exp``, ``sigmoid`` of a log-space node's value). Exact at the
+    limit's values; what the control variates evaluate at relaxed samples, and differentiable in the
+    value for the straight-through path."""
+
+    arg_constraints: dict = {}
+    has_rsample = True
+
+    def __init__(self, base):
+        self.base = base
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def expand(self, batch_shape, _instance=None):
+        return _SoftMass(self.base.expand(batch_shape))
+
+    def log_prob(self, value):
+        logits = self.base.logits
+        if isinstance(self.base, ExpConcrete):
+            value = torch.exp(value)
+        elif isinstance(self.base, LogitBinConcrete):
+            value = torch.sigmoid(value)
+        if isinstance(self.base, _N_ARY):
+            return (value * torch.log_softmax(logits, -1)).sum(-1)
+        return value * F.logsigmoid(logits) + (1 - value) * F.logsigmoid(-logits)
+
+
+def _relaxed_base(msg):
+    """(base, wrappers) of a latent Concrete-family site, or None; a Hard Concrete site raises."""
+    if msg["type"] != "sample" or msg["is_observed"]:
+        return None
+    base, wrappers = unwrap(msg["fn"])
+    if isinstance(base, HardConcrete):
+        raise messages.ModelError(
+            f"site {msg['name']!r} holds HardConcrete, whose gates have no relaxed limit of their own: train "
+            "gates with L0Objective"
+        )
+    return (base, wrappers) if isinstance(base, _RELAXED) else None
+
+
+class _Site:
+    """One latent Concrete-family site of the guide, drawn once per step: its distribution (``base``,
+    expanded to the site's shape), relaxed coordinates ``y`` at the site's temperature (log x, or
+    logit x), the limit ``b``, and what the estimator derived from them."""
+
+    def __init__(self, base, shape):
+        n_ary = isinstance(base, _N_ARY)
+        self.n_ary = n_ary
+        self.base = base.expand(shape[: len(shape) - len(base.event_shape)])
+        self.y = self.base._sample_log(()) if n_ary else self.base._sample_logit(())
+        self.b = self.limit(self.y)
+
+    def limit(self, y):
+        """The limit of the relaxed coordinates y, as a value of the site (one-hot, log one-hot, 0/1, +-inf)."""
+        with torch.no_grad():
+            if self.n_ary:
+                one_hot = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+                return torch.log(one_hot) if isinstance(self.base, ExpConcrete) else one_hot
+            ones = y > 0
+            if isinstance(self.base, LogitBinConcrete):
+                return torch.where(ones, math.inf, -math.inf).to(y.dtype)
+            return ones.to(y.dtype)
+
+    def conditional(self, sample_shape=()):
+        """Relaxed coordinates given the limit b, at the site's temperature."""
+        if self.n_ary:
+            return self.base._conditional_log(self.b, torch.Size(sample_shape))
+        return self.base._conditional_logit(self.b, torch.Size(sample_shape))
+
+    def value(self, y, scale=1.0):
+        """The site's value for relaxed coordinates ``y`` at the site's temperature times ``scale``."""
+        if self.n_ary:
+            y = log_softmax(y / scale)
+            return torch.exp(y) if isinstance(self.base, Concrete) else y
+        y = y / scale
+        return torch.sigmoid(y) if isinstance(self.base, BinConcrete) else y
+
+
+class _Draws(Messenger):
+    """At every latent Concrete-family site of the guide: a :class:`_Site` drawn once, the value
+    ``value_of(site)`` (the limit b unless the estimator says otherwise), scored by the limit's
+    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn."""
+
+    def __init__(self, value_of=None):
+        self.value_of = value_of or (lambda site: site.b)
+        self.sites = {}
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        found = _relaxed_base(msg)
+        if found is None:
+            return
+        base, wrappers = found
+        site = _Site(base, msg["fn"].batch_shape + msg["fn"].event_shape)
+        self.sites[msg["name"]] = site
+        msg["value"] = self.value_of(site)
+        msg["fn"] = rewrap(_SoftMass(base), wrappers)
+
+
+class _Feed(Messenger):
+    """Feeds given values to the guide's Concrete-family sites and records each site's logits (the
+    check of one stochastic layer)."""
+
+    def __init__(self, values):
+        self.values, self.logits = values, {}
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        found = _relaxed_base(msg)
+        if found is not None and msg["name"] in self.values:
+            self.logits[msg["name"]] = found[0].logits
+            msg["value"] = self.values[msg["name"]]
+
+
+class _ScoredByMass(Messenger):
+    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`)."""
+
+    def _pyro_sample(self, msg):
+        found = _relaxed_base(msg)
+        if found is not None:
+            msg["fn"] = rewrap(_SoftMass(found[0]), found[1])
+
+
+def _with_values(trace, values):
+    """A copy of ``trace`` with the sites in ``values`` holding those values (scores dropped)."""
+    new = trace.copy()
+    for name, value in values.items():
+        site = {k: v for k, v in trace.nodes[name].items() if k not in ("log_prob", "log_prob_sum", "unscaled_log_prob", "score_parts")}
+        site["value"] = value
+        new.nodes[name] = site
+    new.compute_log_prob()
+    return new
+
+
+# ----------------------------------------------------------------------------- the losses
+
+
+class _DiscreteGraphLoss(ImportanceWeightedELBO):
+    """The discrete graph's ELBO, one draw of the guide, one ELBO per element of ``plate``; the
+    estimators differ in the surrogate whose gradient they are."""
+
+    one_layer = True  # the estimator needs one stochastic layer in the guide
+    binary_only = False
+
+    def __init__(self, plate: Optional[str] = None) -> None:
+        super().__init__(num_particles=1, plate=plate)
+
+    def guide(self, guide: Callable[..., Any]) -> Callable[..., Any]:
+        """``guide`` itself: Pyro's losses declare their own parameters (``pyro.param`` in
+        ``loss_and_grads``, which ``SVI.step`` collects); NumPyro's must be declared in the guide, and
+        ``SVI(model, loss.guide(guide), optim, loss)`` is the same code in both."""
+        return guide
+
+    def _check_guide(self, guide_trace):
+        pass
+
+    def _draw(self, model, guide, args, kwargs, value_of=None):
+        """(model trace, guide trace, {site: _Site}) with the guide's sites drawn as their limits."""
+        draws = _Draws(value_of)
+        model_trace, guide_trace = importance_traces(
+            _ScoredByMass()(model), draws(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
+        )
+        if not draws.sites:
+            raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
+        for name, site in draws.sites.items():
+            if self.binary_only and site.n_ary:
+                raise messages.ModelError(f"site {name!r} is categorical; {type(self).__name__} is for binary sites")
+            site.plate_axis = self._plate_axis(guide_trace.nodes[name])
+        if self.one_layer and len(draws.sites) > 1:
+            self._check_one_layer(guide, args, kwargs, draws.sites)
+        return model_trace, guide_trace, draws.sites
+
+    def _plate_axis(self, node):
+        """Where ``plate`` is among the axes of the site's value (None without a plate)."""
+        if self.plate is None:
+            return None
+        frames = [f for f in node["cond_indep_stack"] if f.name == self.plate]
+        if not frames:
+            raise messages.outside_plate(node["name"], self.plate)
+        return node["value"].dim() - node["fn"].event_dim + frames[0].dim
+
+    def _check_one_layer(self, guide, args, kwargs, sites):
+        """Reruns the guide with every site at the other limit value: the logits must not change."""
+        flipped = {name: _flip(site) for name, site in sites.items()}
+        feed = _Feed(flipped)
+        with torch.no_grad(), poutine.block():
+            poutine.trace(feed(guide)).get_trace(*args, **kwargs)
+        for name, site in sites.items():
+            if not torch.equal(torch.broadcast_to(feed.logits[name], site.base.logits.shape), site.base.logits.detach()):
+                raise messages.ModelError(
+                    f"a relaxed site's distribution depends on the value of another relaxed site ({', '.join(map(repr, sites))}): "
+                    f"{type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
+                )
+
+    def _elbo(self, model_trace, guide_trace):
+        """The ELBO per element of ``plate`` (a scalar without one)."""
+        return log_weights(model_trace, guide_trace, -1 - self._max_plate_nesting, self.plate).squeeze(0)
+
+    def _site_sum(self, guide_trace, sites):
+        """log q of the limits per element: the sum over the relaxed sites."""
+        particle_dim = -1 - self._max_plate_nesting
+        return sum(per_particle(guide_trace.nodes[name]["log_prob"], guide_trace.nodes[name], particle_dim, self.plate).squeeze(0) for name in sites)
+
+    def _world(self, model, guide_trace, values, args, kwargs, model_params):
+        """The ELBO with the guide's sites at ``values`` (the other sites as drawn) and the model's
+        parameters held fixed (the control variates train the guide only)."""
+        world_guide = _with_values(guide_trace, values)
+        fixed = poutine.substitute(model, data={name: value.detach() for name, value in model_params.items()})
+        world_model = replayed_model_trace(_ScoredByMass()(fixed), world_guide, args, kwargs)
+        return self._elbo(world_model, world_guide)
+
+    def _surrogate(self, model, guide, args, kwargs):
+        raise NotImplementedError
+
+    @named_errors()
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
+        """-ELBO of the discrete graph in value; its gradient is the estimator's."""
+        if self._max_plate_nesting is None:
+            self._setup(model, guide, args, kwargs)
+        surrogate, elbo = self._surrogate(model, guide, args, kwargs)[:2]
+        return -(surrogate - surrogate.detach() + elbo.detach()).sum()
+
+
+def _model_params(model_trace, guide_trace):
+    return {name: site["value"] for name, site in model_trace.nodes.items() if site["type"] == "param" and name not in guide_trace.nodes}
+
+
+def _flip(site):
+    """The other limit value at every coordinate (a one-hot shifted by one category; 0 <-> 1)."""
+    b = site.b
+    if site.n_ary:
+        return torch.roll(b, 1, -1)
+    return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+
+
+class _ControlVariateLoss(_DiscreteGraphLoss):
+    """REBAR and RELAX: ``f(b) + stop(f(b) - c(z~)) log q(b) + c(z) - c(z~)`` per element, z the
+    relaxed sample behind b, z~ a relaxed sample given b, c the control variate; its tunable
+    parameters (``{name}.eta``, ``{name}.log_temperature_scale``, RELAX's network) are trained, in
+    ``loss_and_grads``, on the sum of squares of the estimate of the guide parameters' gradient
+    (a single-sample estimate of its variance, up to a constant)."""
+
+    def _tunables(self):
+        prefix = type(self).__name__
+        eta = pyro.param(f"{prefix}.eta", lambda: torch.tensor(1.0))
+        scale = pyro.param(f"{prefix}.log_temperature_scale", lambda: torch.tensor(0.0)).exp()
+        return eta, scale
+
+    def _control_variate(self, f_relaxed, values, sites):
+        eta, _ = self._tunables()
+        return eta * f_relaxed
+
+    def _components(self, model, guide, args, kwargs):
+        """Per element: f(b), log q(b), c(z), c(z~); and the guide's parameter names."""
+        model_trace, guide_trace, sites = self._draw(model, guide, args, kwargs)
+        f_b = self._elbo(model_trace, guide_trace)
+        log_q = self._site_sum(guide_trace, sites)
+        _, scale = self._tunables()
+        model_params = _model_params(model_trace, guide_trace)
+        relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
+        conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
+        c_z = self._control_variate(self._world(model, guide_trace, relaxed, args, kwargs, model_params), relaxed, sites)
+        c_zt = self._control_variate(self._world(model, guide_trace, conditional, args, kwargs, model_params), conditional, sites)
+        guide_names = [name for name, site in guide_trace.nodes.items() if site["type"] == "param"]
+        return (f_b, log_q, c_z, c_zt), guide_names
+
+    def _surrogate(self, model, guide, args, kwargs):
+        (f_b, log_q, c_z, c_zt), _ = self._components(model, guide, args, kwargs)
+        return f_b + (f_b - c_zt).detach() * log_q + c_z - c_zt, f_b
+
+    def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+        return _named_loss_and_grads(self, model, guide, args, kwargs)
+
+
+@named_errors()
+def _named_loss_and_grads(loss, model, guide, args, kwargs):
+    """The estimate g of the guide parameters' gradient, as the vector-Jacobian product of the
+    components (f(b), log q(b), c(z), c(z~)) with (1, f(b) - c(z~), 1, -1) -- so that g stays a
+    function of the control variate's parameters, which get the gradient of |g|^2; the model's
+    parameters get the gradient of f(b)."""
+    if loss._max_plate_nesting is None:
+        loss._setup(model, guide, args, kwargs)
+    store = pyro.get_param_store()
+    with poutine.trace(param_only=True) as params:
+        (f_b, log_q, c_z, c_zt), guide_names = loss._components(model, guide, args, kwargs)
+    prefix = f"{type(loss).__name__}."
+    leaves = {name: store.get_param(name).unconstrained() for name in params.trace.nodes}
+    guide_leaves = [leaves[name] for name in guide_names]
+    ones = torch.ones_like(f_b)
+    outputs, cotangents = [f_b, log_q, c_z, c_zt], [ones, f_b - c_zt, ones, -ones]
+    used = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+    estimate = torch.autograd.grad([o for o, _ in used], guide_leaves, [c for _, c in used], create_graph=True, allow_unused=True)
+    estimate = [torch.zeros_like(p) if g is None else g for p, g in zip(guide_leaves, estimate)]
+    tunables = [leaves[name] for name in leaves if name.startswith(prefix)]
+    if tunables:
+        square = sum((g * g).sum() for g in estimate)
+        for p, g in zip(tunables, torch.autograd.grad(square, tunables, retain_graph=True, allow_unused=True)):
+            p.grad = None if g is None else g.detach()
+    model_leaves = [p for name, p in leaves.items() if name not in guide_names and not name.startswith(prefix)]
+    if model_leaves:
+        for p, g in zip(model_leaves, torch.autograd.grad(f_b.sum(), model_leaves, allow_unused=True)):
+            p.grad = None if g is None else -g.detach()
+    for p, g in zip(guide_leaves, estimate):
+        p.grad = -g.detach()
+    return -f_b.sum().item()
+
+
+class REBAR(_ControlVariateLoss):
+    """REBAR (Tucker et al. 2017): the score-function gradient of the discrete graph's ELBO with the
+    control variate ``eta f(sigma_lambda(z))``, evaluated at the relaxed sample z behind the limit b
+    and, in the score term, at a relaxed sample z~ given b (``conditional_rsample``), where f is the
+    ELBO with each relaxed site scored by its limit's mass extended to relaxed values and
+    sigma_lambda relaxes at the site's temperature times ``exp(log_temperature_scale)``. Unbiased for
+    any ``eta`` and lambda; both are parameters (``REBAR.eta``, ``REBAR.log_temperature_scale``,
+    initially 1 and 0) trained to lower the variance of the guide's gradient: ``SVI.step`` does
+    (``loss_and_grads``); ``differentiable_loss`` gives the estimator's gradient only. The model's
+    parameters get the gradient of f(b) alone.
+
+    :param str plate: the data plate (one ELBO, and one learning signal, per element), or None.
+    """
+
+
+class RELAX(_ControlVariateLoss):
+    """RELAX (Grathwohl et al. 2018): REBAR's estimator with the control variate
+    ``eta f(sigma_lambda(z)) + r(sigma_lambda(z))``, r a network of the relaxed values of the
+    guide's sites (per element of ``plate``, their coordinates side by side), trained with ``eta`` and
+    lambda to lower the variance of the guide's gradient (see :class:`REBAR`). Unbiased whatever r.
+
+    :param str plate: the data plate, or None.
+    :param control_variate: the network r, an ``nn.Module`` from (..., D) features to (..., 1); by
+        default one hidden layer of ``hidden`` tanh units with a zero output layer (RELAX starts as
+        REBAR). Registered as ``RELAX.network``.
+    :param int hidden: the default network's width.
+    """
+
+    def __init__(self, plate: Optional[str] = None, control_variate: Optional[nn.Module] = None, hidden: int = 32) -> None:
+        super().__init__(plate=plate)
+        self.control_variate, self.hidden = control_variate, hidden
+
+    def _network(self, features):
+        if self.control_variate is None:
+            layers = [nn.Linear(features.shape[-1], self.hidden), nn.Tanh(), nn.Linear(self.hidden, 1)]
+            nn.init.zeros_(layers[-1].weight)
+            nn.init.zeros_(layers[-1].bias)
+            self.control_variate = nn.Sequential(*layers).to(features.dtype)
+        return pyro.module(f"{type(self).__name__}.network", self.control_variate)
+
+    def _control_variate(self, f_relaxed, values, sites):
+        eta, _ = self._tunables()
+        features = torch.cat([_per_element_features(value, site, self.plate) for value, site in zip(values.values(), sites.values())], -1)
+        residual = self._network(features)(features).squeeze(-1)
+        return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
+
+
+def _per_element_to_site(vector, site, plate):
+    """A value per element of ``plate`` (a scalar without one), broadcastable to the site's value."""
+    if plate is None:
+        return vector
+    return vector.reshape(vector.shape + (1,) * (site.b.dim() - site.plate_axis - 1))
+
+
+def _to_elements(values, site, plate):
+    """A tensor of the site's shape summed to one value per element of ``plate`` (a scalar without one)."""
+    if plate is None:
+        return values.sum()
+    return values.movedim(site.plate_axis, 0).reshape(values.shape[site.plate_axis], -1).sum(-1)
+
+
+def _per_element_features(value, site, plate):
+    """A site's value as one row per element of ``plate`` (a single row without one)."""
+    if isinstance(site.base, ExpConcrete):
+        value = torch.exp(value)
+    elif isinstance(site.base, LogitBinConcrete):
+        value = torch.sigmoid(value)
+    if plate is None:
+        return value.reshape(1, -1)
+    axis = site.plate_axis
+    return value.movedim(axis, 0).reshape(value.shape[axis], -1)
+
+
+class GumbelRao(_DiscreteGraphLoss):
+    """Gumbel-Rao (Paulus, Maddison & Krause 2021): the straight-through Gumbel-softmax gradient,
+    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value: each relaxed
+    site of the guide takes the value ``b + mean_i x_i - stop_gradient(mean_i x_i)``, b its limit and
+    x_i relaxed samples given b (``conditional_rsample``) at the site's temperature, and the
+    discrete graph's ELBO is differentiated through it. Biased (as straight-through is: its mean is
+    the straight-through estimator's for every ``num_samples``) but with a variance that falls with
+    ``num_samples``. The sites must be Concrete or BinConcrete (a log-space node's straight-through
+    value carries no gradient); any number of stochastic layers.
+
+    :param str plate: the data plate, or None.
+    :param int num_samples: k, the relaxed samples averaged per site and step.
+    """
+
+    one_layer = False
+
+    @named_errors()
+    def __init__(self, plate: Optional[str] = None, num_samples: int = 10) -> None:
+        messages.check_num_particles(num_samples, name="num_samples")
+        super().__init__(plate=plate)
+        self.num_samples = num_samples
+
+    def _straight_through(self, site):
+        if isinstance(site.base, (ExpConcrete, LogitBinConcrete)):
+            raise messages.ModelError(
+                f"GumbelRao: a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
+                "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
+            )
+        soft = site.value(site.conditional((self.num_samples,))).mean(0)
+        return site.b + soft - soft.detach()
+
+    def _surrogate(self, model, guide, args, kwargs):
+        model_trace, guide_trace, _ = self._draw(model, guide, args, kwargs, value_of=self._straight_through)
+        elbo = self._elbo(model_trace, guide_trace)
+        return elbo, elbo
+
+
+class DisARM(_DiscreteGraphLoss):
+    """DisARM (Dong, Mnih & Tucker 2020) for binary sites: unbiased, antithetic, no relaxation. The
+    logistic noise eps behind each site's limit b = H(a + eps) gives a second value b~ = H(a - eps);
+    with f the discrete graph's ELBO per element, the gradient in the logits a is
+    ``(f(b) - f(b~)) / 2 * (-1)^b~ * [b != b~] * sigmoid(|a|)`` coordinate by coordinate, and every
+    direct dependence (the model's parameters, the guide's continuous sites) gets the mean of the two
+    ELBOs' gradients. The loss value is minus that mean. BinConcrete or LogitBinConcrete sites only.
+
+    :param str plate: the data plate, or None.
+    """
+
+    binary_only = True
+
+    def _surrogate(self, model, guide, args, kwargs):
+        model_trace, guide_trace, sites = self._draw(model, guide, args, kwargs)
+        f_b = self._elbo(model_trace, guide_trace)
+        antithetic = {}
+        for name, site in sites.items():
+            logits = site.base.logits
+            site.b_tilde = site.limit(2 * logits / site.base.temperature - site.y)  # H(a - eps): y = (a + eps) / t
+            antithetic[name] = site.b_tilde
+        f_bt = self._world(model, guide_trace, antithetic, args, kwargs, {})
+        difference = (f_b - f_bt).detach() / 2
+        surrogate = (f_b + f_bt) / 2
+        for name, site in sites.items():
+            ones, ones_tilde = site.b > 0, site.b_tilde > 0  # 0/1 or -inf/+inf
+            sign = torch.where(ones_tilde, -1.0, 1.0)
+            coefficient = _per_element_to_site(difference, site, self.plate) * sign * (ones != ones_tilde) * torch.sigmoid(site.base.logits.abs())
+            surrogate = surrogate + _to_elements((coefficient.detach() * site.base.logits), site, self.plate)
+        return surrogate, (f_b + f_bt) / 2
