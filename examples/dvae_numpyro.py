@@ -5,6 +5,7 @@ discrete latent nodes, trained with their Concrete relaxation and evaluated as t
     python -m examples.dvae_numpyro --arity 4 --particles 5       # 4-ary nodes, objective L_5
     python -m examples.dvae_numpyro --estimator reinforce         # discrete sites, score function
     python -m examples.dvae_numpyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
+    python -m examples.dvae_numpyro --estimator rebar             # the discrete graph, REBAR on the relaxed sites
     python -m examples.dvae_numpyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
 
 Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
@@ -32,13 +33,16 @@ def parse_args(argv):
     parser.add_argument("--latent-units", type=training.positive_int, default=None, help="H per layer (default 200, 240 for 8-ary)")
     parser.add_argument("--layers", type=int, default=1, choices=[1, 2], help="stochastic layers")
     parser.add_argument("--conditioning", default="nonlinear", choices=["nonlinear", "linear"])
-    parser.add_argument("--estimator", default="concrete", choices=["concrete", "reinforce"])
+    parser.add_argument("--estimator", default="concrete", choices=training.ESTIMATORS,
+                        help="relaxed training (concrete), the score function (reinforce), or the discrete graph's gradient "
+                             "built on the relaxation (rebar, relax, gumbel-rao, disarm)")
     parser.add_argument("--particles", type=training.positive_int, default=1, help="m of the training objective L_m")
     parser.add_argument("--prior-temperature", type=training.positive_float, default=None, help="lambda_2 (default: the paper's)")
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=None, help="lambda_1 (default: the paper's)")
     parser.add_argument("--eval-samples", type=training.positive_int, default=1000, help="m of the test NLL (the paper used 50000)")
     parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
     args = training.parse(parser, argv, numpyro_training.read_checkpoint)
+    training.check_estimator(args)
     return args
 
 
@@ -56,8 +60,12 @@ from numpyro import handlers  # noqa: E402
 from numpyro.infer import SVI, Trace_ELBO  # noqa: E402
 
 from numpyro_concrete import (  # noqa: E402
+    REBAR,
+    RELAX,
     BinConcrete,
     Concrete,
+    DisARM,
+    GumbelRao,
     VIMCO,
     ImportanceWeightedELBO,
     ScoreFunctionELBO,
@@ -162,15 +170,22 @@ class DiscreteVAE:
         ]
 
 
+DISCRETE_GRAPH_ESTIMATORS = {"rebar": REBAR, "relax": RELAX, "gumbel-rao": GumbelRao, "disarm": DisARM}
+
+
 def make_svi(vae, optim, estimator="concrete", particles=1):
-    """SVI for the relaxed model through its log-space nodes (objective L_m), or for the discrete
-    model with the score-function estimator and the learned baseline."""
+    """SVI for the relaxed model through its log-space nodes (objective L_m); for the discrete
+    model with the score-function estimator and the learned baseline (VIMCO at m > 1); or for the
+    discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide."""
     if estimator == "concrete":
         model, guide = handlers.reparam(vae.model, config=log_space_config), handlers.reparam(vae.guide, config=log_space_config)
         loss = Trace_ELBO() if particles == 1 else ImportanceWeightedELBO(num_particles=particles, plate="data")
-    else:  # m > 1: VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
+    elif estimator == "reinforce":  # m > 1: VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
         loss = ScoreFunctionELBO(plate="data") if particles == 1 else VIMCO(num_particles=particles, plate="data")
         model, guide = discrete(vae.model), discrete(vae.guide)
+    else:  # the discrete graph's gradient from the relaxed model and guide
+        loss = DISCRETE_GRAPH_ESTIMATORS[estimator](plate="data")
+        model, guide = vae.model, loss.guide(vae.guide)
     return SVI(model, guide, optim, loss)
 
 

@@ -5,6 +5,7 @@ latent nodes, trained with their Concrete relaxation and evaluated as the discre
     python -m examples.dvae_pyro --arity 4 --particles 5          # 4-ary nodes, objective L_5
     python -m examples.dvae_pyro --estimator reinforce            # discrete sites, score function
     python -m examples.dvae_pyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
+    python -m examples.dvae_pyro --estimator rebar                # the discrete graph, REBAR on the relaxed sites
     python -m examples.dvae_pyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
 
 Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
@@ -27,8 +28,12 @@ from pyro.optim import Adam
 
 from examples import data, pyro_training, training
 from pyro_concrete import (
+    REBAR,
+    RELAX,
     VIMCO,
     BinConcrete,
+    DisARM,
+    GumbelRao,
     Concrete,
     ImportanceWeightedELBO,
     JitImportanceWeightedELBO,
@@ -134,9 +139,13 @@ class DiscreteVAE(nn.Module):
         return [decoded, x[:num], reconstruction]
 
 
+DISCRETE_GRAPH_ESTIMATORS = {"rebar": REBAR, "relax": RELAX, "gumbel-rao": GumbelRao, "disarm": DisARM}
+
+
 def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
-    """SVI for the relaxed model through its log-space nodes (objective L_m), or for the discrete
-    model with the score-function estimator and the learned baseline."""
+    """SVI for the relaxed model through its log-space nodes (objective L_m); for the discrete
+    model with the score-function estimator and the learned baseline (VIMCO at m > 1); or for the
+    discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide."""
     if estimator == "concrete":
         model, guide = poutine.reparam(vae.model, config=log_space_config), poutine.reparam(vae.guide, config=log_space_config)
         if particles == 1:
@@ -144,12 +153,15 @@ def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
         else:
             loss = (JitImportanceWeightedELBO(particles, "data", ignore_jit_warnings=True) if jit
                     else ImportanceWeightedELBO(particles, "data"))
-    else:
+    elif estimator == "reinforce":
         model, guide = discrete(vae.model), discrete(vae.guide)
         if particles == 1:
             loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
         else:  # VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
             loss = JitVIMCO(particles, "data", ignore_jit_warnings=True) if jit else VIMCO(particles, "data")
+    else:  # the discrete graph's gradient from the relaxed model and guide (uncompiled: second derivatives)
+        loss = DISCRETE_GRAPH_ESTIMATORS[estimator](plate="data")
+        model, guide = vae.model, loss.guide(vae.guide)
     return SVI(model, guide, optim, loss)
 
 
@@ -171,7 +183,9 @@ def parse_args(argv):
     parser.add_argument("--latent-units", type=training.positive_int, default=None, help="H per layer (default 200, 240 for 8-ary)")
     parser.add_argument("--layers", type=int, default=1, choices=[1, 2], help="stochastic layers")
     parser.add_argument("--conditioning", default="nonlinear", choices=["nonlinear", "linear"])
-    parser.add_argument("--estimator", default="concrete", choices=["concrete", "reinforce"])
+    parser.add_argument("--estimator", default="concrete", choices=training.ESTIMATORS,
+                        help="relaxed training (concrete), the score function (reinforce), or the discrete graph's gradient "
+                             "built on the relaxation (rebar, relax, gumbel-rao, disarm)")
     parser.add_argument("--particles", type=training.positive_int, default=1, help="m of the training objective L_m")
     parser.add_argument("--prior-temperature", type=training.positive_float, default=None, help="lambda_2 (default: the paper's)")
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=None, help="lambda_1 (default: the paper's)")
@@ -179,6 +193,7 @@ def parse_args(argv):
     parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
     parser.add_argument("--no-jit", action="store_true", help="use the uncompiled ELBO")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
+    training.check_estimator(args)
     return args
 
 

@@ -43,6 +43,10 @@ def _runs():
             runs[f"digits-dvae-{ppl}-{arity}ary-reinforce"] = (f"dvae_{ppl}", DIGITS + ["--arity", str(arity), "--estimator", "reinforce"])
             runs[f"digits-dvae-{ppl}-{arity}ary-vimco5"] = (
                 f"dvae_{ppl}", DIGITS + ["--arity", str(arity), "--estimator", "reinforce", "--particles", "5"])
+            # the discrete graph's gradient built on the relaxation (issue 15): DisARM is for binary nodes
+            for estimator in ("rebar", "relax", "gumbel-rao") + (("disarm",) if arity == 2 else ()):
+                runs[f"digits-dvae-{ppl}-{arity}ary-{estimator}"] = (
+                    f"dvae_{ppl}", DIGITS + ["--arity", str(arity), "--estimator", estimator])
         # structured prediction
         for m in (1, 5):
             runs[f"digits-structured-{ppl}-m{m}"] = (f"structured_{ppl}", ["--steps", "10000", "--particles", str(m)])
@@ -58,6 +62,11 @@ def _runs():
                 # the tutorial shapes: continuous and discrete latents (Iris), a markov chain (the digits' rows)
                 runs[f"iris-gmm-{ppl}-{training}-seed{seed}"] = (f"gmm_{ppl}", ["--training", training, "--seed", str(seed)])
             runs[f"digits-hmm-{ppl}-{training}"] = (f"hmm_{ppl}", ["--training", training])
+    # the discrete graph's gradient built on the relaxation, Fashion-MNIST binary m = 1: REBAR and DisARM
+    # in both PPLs, RELAX and Gumbel-Rao in NumPyro (the faster one here)
+    for ppl, estimators in (("numpyro", ("rebar", "disarm", "relax", "gumbel-rao")), ("pyro", ("rebar", "disarm"))):
+        for estimator in estimators:
+            runs[f"fmnist-dvae-{ppl}-binary-{estimator}"] = (f"dvae_{ppl}", FMNIST + ["--steps", "100000", "--estimator", estimator])
     # beyond m = 1 (NumPyro, the faster one here): REINFORCE, 4-ary nodes, a longer run
     runs["fmnist-dvae-numpyro-binary-reinforce"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--estimator", "reinforce"])
     runs["fmnist-dvae-numpyro-4ary-m1"] = ("dvae_numpyro", FMNIST + ["--steps", "100000", "--arity", "4"])
@@ -115,9 +124,12 @@ def _minutes(seconds):
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+_ESTIMATOR_NAMES = {"concrete": "Concrete", "rebar": "REBAR", "relax": "RELAX", "gumbel-rao": "Gumbel-Rao", "disarm": "DisARM"}
+
+
 def _estimator(metrics):
     if metrics["estimator"] != "reinforce":
-        return "Concrete"
+        return _ESTIMATOR_NAMES[metrics["estimator"]]
     return "REINFORCE" if metrics["particles"] == 1 else "VIMCO"
 
 

@@ -91,6 +91,25 @@ def parse(parser, argv, read_checkpoint):
     return args
 
 
+# the estimators of the discrete VAE (--estimator): the relaxation itself, the score function with a
+# learned baseline (VIMCO at m > 1), and the discrete graph's gradient built on the relaxation
+ESTIMATORS = ["concrete", "reinforce", "rebar", "relax", "gumbel-rao", "disarm"]
+
+
+def check_estimator(args):
+    """The combinations the estimators support, checked before any data is loaded: REBAR, RELAX,
+    Gumbel-Rao and DisARM at m = 1; the unbiased three with one stochastic layer; DisARM on binary
+    nodes."""
+    if args.estimator in ("concrete", "reinforce"):
+        return
+    if args.particles != 1:
+        fail(f"--estimator {args.estimator} trains the single-sample ELBO: use --particles 1 (got {args.particles})")
+    if args.estimator != "gumbel-rao" and args.layers != 1:
+        fail(f"--estimator {args.estimator} needs one stochastic layer: use --layers 1 (got {args.layers})")
+    if args.estimator == "disarm" and args.arity != 2:
+        fail(f"--estimator disarm is for binary nodes: use --arity 2 (got {args.arity})")
+
+
 def fail(message):
     """Exit with a one-line error instead of a traceback."""
     print(f"error: {message}", file=sys.stderr)

@@ -497,3 +497,29 @@ def test_results_compare_prints_each_rerun_beside_its_committed_result(tmp_path,
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     assert cells[1:4] == [f"{committed['test_nll']:.3f}", f"{committed['test_nll'] + 0.25:.3f}", "+0.250"]
     assert cells[6] == "-1.50"
+
+
+# ----------------------------------------------------------------------------- the discrete graph's estimators (issue 15)
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+@pytest.mark.parametrize("estimator, arity", [("rebar", 4), ("relax", 2), ("gumbel-rao", 2), ("disarm", 2)])
+def test_dvae_trains_the_discrete_graph_with_each_estimator(ppl, estimator, arity, tmp_path):
+    """--estimator rebar | relax | gumbel-rao | disarm: the relaxed model and guide, the discrete
+    graph's ELBO; the control variate's parameters are saved with the others (resumable)."""
+    metrics = _run(f"dvae_{ppl}", TINY + ["--steps", "6", "--eval-every", "6", "--checkpoint-every", "6", "--arity", str(arity),
+                                          "--estimator", estimator, "--out", str(tmp_path)])
+    assert metrics["estimator"] == estimator and metrics["steps"] == 6 and np.isfinite(metrics["test_nll"])
+    assert (tmp_path / "checkpoint.bin").stat().st_size > 0
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+@pytest.mark.parametrize("options, message", [
+    (["--estimator", "rebar", "--particles", "2"], "--estimator rebar trains the single-sample ELBO: use --particles 1 (got 2)"),
+    (["--estimator", "disarm", "--arity", "4"], "--estimator disarm is for binary nodes: use --arity 2 (got 4)"),
+    (["--estimator", "relax", "--layers", "2"], "--estimator relax needs one stochastic layer: use --layers 1 (got 2)"),
+])
+def test_dvae_refuses_estimator_options_it_cannot_honour(ppl, options, message, tmp_path):
+    run = subprocess.run([sys.executable, "-m", f"examples.dvae_{ppl}", *options, "--out", str(tmp_path / "out")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and _error_line(run.stderr) == f"error: {message}"
