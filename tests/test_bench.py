@@ -105,3 +105,20 @@ def test_gemm_quick_times_every_product_of_a_step(capsys):
         assert all(_positive(results[shapes][0][name]) for shapes in counts)
         total = sum(count * results[shapes][0][name] for shapes, count in counts.items())
         assert results["step"][name] == pytest.approx(total)
+
+
+def test_variance_quick_measures_each_estimator_at_each_step(capsys, tmp_path):
+    """bench.variance in --quick mode on two estimators (an unbiased and a biased one): every cell is
+    a finite log variance with its bias and noise, and the figure is written. The unbiased one's
+    bias stays within a few times its Monte Carlo noise; nothing else is asserted of the numbers."""
+    from bench import variance
+
+    table = variance.main(["--quick", "--estimators", "disarm,st", "--out", str(tmp_path)])
+    capsys.readouterr()
+    steps = sorted({step for _, step in table})
+    assert steps == [0, 10, 50, 100, 200] and {name for name, _ in table} == {"disarm", "st"}
+    for (name, step), (log_variance, bias, noise, elbo) in table.items():
+        assert all(math.isfinite(v) for v in (log_variance, bias, noise, elbo)) and elbo < 0
+        if name == "disarm":
+            assert bias < 5 * noise, (step, bias, noise)
+    assert (tmp_path / "variance.png").stat().st_size > 0
