@@ -105,6 +105,20 @@ class _ConcreteFamily(ValidatedValues, Distribution):
             return jnp.where(self._validate_sample(value), log_prob, -jnp.inf)
         return log_prob
 
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao --
+        by the top-down Gumbel construction (n-ary) or the logistic noise truncated to the side of 0
+        that ``hard`` gives (binary), in log space and exact at low temperature; reparameterized, and
+        carried like any own sample. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch
+        and event shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the
+        distribution."""
+        return self._show(self._conditional_coordinates(key, hard, sample_shape))
+
+    def _show(self, y):
+        """The value of relaxed coordinates y (log x, logit x, or the log-space node's own), carried."""
+        raise NotImplementedError
+
     @staticmethod
     def _indicator(hard):
         """The limit's value as a boolean: the chosen category (n-ary) or the ones (binary)."""
@@ -158,11 +172,11 @@ class _NaryConcrete(_ConcreteFamily):
         param = tuple(logits if logits is not None else probs or ())
         return tuple(jnp.broadcast_shapes(tuple(temperature), param[:-1])), param[-1:]
 
-    def _sample_log(self, key, sample_shape):
+    def _sample_coordinates(self, key, sample_shape):
         self._check_key(key)
         return _numerics.exp_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
-    def _conditional_log(self, key, hard, sample_shape):
+    def _conditional_coordinates(self, key, hard, sample_shape):
         self._check_key(key)
         chosen = self._conditioning(hard, sample_shape)
         return _numerics.exp_concrete_conditional_sample(key, self.logits, self.temperature, chosen)
@@ -197,16 +211,10 @@ class Concrete(_NaryConcrete):
     support = concrete_constraints.simplex
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        y = self._sample_log(key, sample_shape)
-        return carry.attach(jnp.exp(y), y, Kind.LOG), [y]
+        y = self._sample_coordinates(key, sample_shape)
+        return self._show(y), [y]
 
-    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the top-down Gumbel construction, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        y = self._conditional_log(key, hard, sample_shape)
+    def _show(self, y):
         return carry.attach(jnp.exp(y), y, Kind.LOG)
 
     @staticmethod
@@ -258,15 +266,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        return carry.attach(self._sample_log(key, sample_shape), None, Kind.LOG_SIMPLEX), []
+        return self._show(self._sample_coordinates(key, sample_shape)), []
 
-    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the top-down Gumbel construction, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        return carry.attach(self._conditional_log(key, hard, sample_shape), None, Kind.LOG_SIMPLEX)
+    def _show(self, y):
+        return carry.attach(y, None, Kind.LOG_SIMPLEX)
 
     @staticmethod
     def _indicator(hard):
@@ -295,11 +298,11 @@ class _BinaryConcrete(_ConcreteFamily):
     def probs(self) -> Array:
         return jax.nn.sigmoid(self.logits)
 
-    def _sample_logit(self, key, sample_shape):
+    def _sample_coordinates(self, key, sample_shape):
         self._check_key(key)
         return _numerics.logit_bin_concrete_sample(key, self.logits, self.temperature, self.shape(sample_shape))
 
-    def _conditional_logit(self, key, hard, sample_shape):
+    def _conditional_coordinates(self, key, hard, sample_shape):
         self._check_key(key)
         ones = self._conditioning(hard, sample_shape)
         return _numerics.logit_bin_concrete_conditional_sample(key, self.logits, self.temperature, ones)
@@ -328,16 +331,10 @@ class BinConcrete(_BinaryConcrete):
     support = concrete_constraints.unit_interval
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        y = self._sample_logit(key, sample_shape)
-        return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT), [y]
+        y = self._sample_coordinates(key, sample_shape)
+        return self._show(y), [y]
 
-    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        y = self._conditional_logit(key, hard, sample_shape)
+    def _show(self, y):
         return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
 
     @staticmethod
@@ -395,15 +392,10 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        return carry.attach(self._sample_logit(key, sample_shape), None, Kind.REAL), []
+        return self._show(self._sample_coordinates(key, sample_shape)), []
 
-    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        return carry.attach(self._conditional_logit(key, hard, sample_shape), None, Kind.REAL)
+    def _show(self, y):
+        return carry.attach(y, None, Kind.REAL)
 
     @staticmethod
     def _indicator(hard):

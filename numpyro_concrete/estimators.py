@@ -99,7 +99,7 @@ class _Site:
         self.n_ary = isinstance(base, _N_ARY)
         self.base = base.expand(tuple(shape[: len(shape) - len(base.event_shape)]))
         self.key, draw_key = jax.random.split(key)
-        self.y = self.base._sample_log(draw_key, ()) if self.n_ary else self.base._sample_logit(draw_key, ())
+        self.y = self.base._sample_coordinates(draw_key, ())
         self.b = self.limit(self.y)
 
     def limit(self, y):
@@ -115,9 +115,7 @@ class _Site:
 
     def conditional(self, sample_shape=()):
         """Relaxed coordinates given the limit b, at the site's temperature."""
-        if self.n_ary:
-            return self.base._conditional_log(self.key, self.b, tuple(sample_shape))
-        return self.base._conditional_logit(self.key, self.b, tuple(sample_shape))
+        return self.base._conditional_coordinates(self.key, self.b, tuple(sample_shape))
 
     def value(self, y, scale=1.0):
         """The site's value for relaxed coordinates ``y`` at the site's temperature times ``scale``."""

@@ -153,7 +153,7 @@ class HardConcrete(_BinaryConcrete):
         return jnp.clip(self.low * one_minus_s + self.high * s, 0.0, 1.0)
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        y = self._sample_logit(key, sample_shape)
+        y = self._sample_coordinates(key, sample_shape)
         return self._stretch(jax.nn.sigmoid(y), jax.nn.sigmoid(-y)), []
 
     def _log_mass_at_zero(self):
@@ -191,6 +191,9 @@ class HardConcrete(_BinaryConcrete):
     def deterministic_gate(self) -> Array:
         """The test-time gate min(1, max(0, sigmoid(log alpha) (high - low) + low)) (Louizos et al. eq. 13)."""
         return self._stretch(jax.nn.sigmoid(self.logits), jax.nn.sigmoid(-self.logits))
+
+    def conditional_sample(self, key: Optional[jax.Array], hard: ArrayLike, sample_shape: tuple[int, ...] = ()) -> Array:
+        raise NotImplementedError(f"{type(self).__name__}: no relaxed sample given a gate's discrete value (its atoms at 0 and 1 are not a relaxation's limit)")
 
     def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""

@@ -61,7 +61,7 @@ class ConcreteStraightThrough(Concrete):
     _kind = Kind.STRAIGHT_THROUGH_LOG
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        y = self._sample_log(key, sample_shape)
+        y = self._sample_coordinates(key, sample_shape)
         hard = jax.nn.one_hot(jnp.argmax(y, -1), y.shape[-1], dtype=y.dtype)
         return carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
 
@@ -88,7 +88,7 @@ class BinConcreteStraightThrough(BinConcrete):
     _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
     def sample_with_intermediates(self, key: Optional[jax.Array], sample_shape: tuple[int, ...] = ()) -> tuple[Array, list[Array]]:
-        y = self._sample_logit(key, sample_shape)
+        y = self._sample_coordinates(key, sample_shape)
         hard = (y > 0).astype(y.dtype)
         return carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
 

@@ -67,6 +67,20 @@ class _ConcreteFamily(TorchDistribution):
         if self._validate_args:
             self._validate_sample(value)
 
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
+        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao --
+        by the top-down Gumbel construction (n-ary) or the logistic noise truncated to the side of 0
+        that ``hard`` gives (binary), in log space and exact at low temperature; reparameterized, and
+        carried like any own sample. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch
+        and event shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the
+        distribution."""
+        return self._show(self._conditional_coordinates(hard, sample_shape))
+
+    def _show(self, y):
+        """The value of relaxed coordinates y (log x, logit x, or the log-space node's own), carried."""
+        raise NotImplementedError
+
     @staticmethod
     def _indicator(hard):
         """The limit's value as a boolean: the chosen category (n-ary) or the ones (binary)."""
@@ -117,12 +131,12 @@ class _NaryConcrete(_ConcreteFamily):
         param = torch.Size(logits if logits is not None else probs or ())
         return torch.broadcast_shapes(torch.Size(temperature), param[:-1]), param[-1:]
 
-    def _sample_log(self, sample_shape):
+    def _sample_coordinates(self, sample_shape):
         return _numerics.exp_concrete_sample(
             self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
-    def _conditional_log(self, hard, sample_shape):
+    def _conditional_coordinates(self, hard, sample_shape):
         chosen = self._conditioning(hard, sample_shape)
         return _numerics.exp_concrete_conditional_sample(self.logits, self.temperature, chosen)
 
@@ -155,16 +169,9 @@ class Concrete(_NaryConcrete):
     support = concrete_constraints.simplex
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        y = self._sample_log(sample_shape)
-        return carry.attach(torch.exp(y), y, Kind.LOG)
+        return self._show(self._sample_coordinates(sample_shape))
 
-    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the top-down Gumbel construction, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        y = self._conditional_log(hard, sample_shape)
+    def _show(self, y):
         return carry.attach(torch.exp(y), y, Kind.LOG)
 
     @staticmethod
@@ -215,15 +222,10 @@ class ExpConcrete(_NaryConcrete):
     support = concrete_constraints.log_simplex
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        return carry.attach(self._sample_log(sample_shape), None, Kind.LOG_SIMPLEX)
+        return self._show(self._sample_coordinates(sample_shape))
 
-    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the top-down Gumbel construction, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        return carry.attach(self._conditional_log(hard, sample_shape), None, Kind.LOG_SIMPLEX)
+    def _show(self, y):
+        return carry.attach(y, None, Kind.LOG_SIMPLEX)
 
     @staticmethod
     def _indicator(hard):
@@ -252,12 +254,12 @@ class _BinaryConcrete(_ConcreteFamily):
     def probs(self) -> Tensor:
         return torch.sigmoid(self.logits)
 
-    def _sample_logit(self, sample_shape):
+    def _sample_coordinates(self, sample_shape):
         return _numerics.logit_bin_concrete_sample(
             self.logits, self.temperature, self._extended_shape(sample_shape)
         )
 
-    def _conditional_logit(self, hard, sample_shape):
+    def _conditional_coordinates(self, hard, sample_shape):
         ones = self._conditioning(hard, sample_shape)
         return _numerics.logit_bin_concrete_conditional_sample(self.logits, self.temperature, ones)
 
@@ -285,16 +287,9 @@ class BinConcrete(_BinaryConcrete):
     support = concrete_constraints.unit_interval
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        y = self._sample_logit(sample_shape)
-        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
+        return self._show(self._sample_coordinates(sample_shape))
 
-    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        y = self._conditional_logit(hard, sample_shape)
+    def _show(self, y):
         return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
 
     @staticmethod
@@ -350,15 +345,10 @@ class LogitBinConcrete(_BinaryConcrete):
     support = concrete_constraints.real
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        return carry.attach(self._sample_logit(sample_shape), None, Kind.REAL)
+        return self._show(self._sample_coordinates(sample_shape))
 
-    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
-        """A relaxed sample given its zero-temperature limit ``hard`` (a value of :meth:`discrete`,
-        e.g. its sample): z ~ p(z | H(z) = hard), the building block of REBAR, RELAX and Gumbel-Rao,
-        by the logistic noise truncated to the side of 0 that ``hard`` gives, in log space and exact at low temperature;
-        reparameterized. Shape ``sample_shape`` + the broadcast of ``hard`` with the batch and event
-        shape. Pooled over ``hard`` drawn from :meth:`discrete`, these are samples of the distribution."""
-        return carry.attach(self._conditional_logit(hard, sample_shape), None, Kind.REAL)
+    def _show(self, y):
+        return carry.attach(y, None, Kind.REAL)
 
     @staticmethod
     def _indicator(hard):

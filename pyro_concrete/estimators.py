@@ -100,7 +100,7 @@ class _Site:
         n_ary = isinstance(base, _N_ARY)
         self.n_ary = n_ary
         self.base = base.expand(shape[: len(shape) - len(base.event_shape)])
-        self.y = self.base._sample_log(()) if n_ary else self.base._sample_logit(())
+        self.y = self.base._sample_coordinates(())
         self.b = self.limit(self.y)
 
     def limit(self, y):
@@ -116,9 +116,7 @@ class _Site:
 
     def conditional(self, sample_shape=()):
         """Relaxed coordinates given the limit b, at the site's temperature."""
-        if self.n_ary:
-            return self.base._conditional_log(self.b, torch.Size(sample_shape))
-        return self.base._conditional_logit(self.b, torch.Size(sample_shape))
+        return self.base._conditional_coordinates(self.b, torch.Size(sample_shape))
 
     def value(self, y, scale=1.0):
         """The site's value for relaxed coordinates ``y`` at the site's temperature times ``scale``."""

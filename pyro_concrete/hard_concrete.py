@@ -161,7 +161,7 @@ class HardConcrete(_BinaryConcrete):
         return (self._low * one_minus_s + self._high * s).clamp(0.0, 1.0)
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        y = self._sample_logit(sample_shape)
+        y = self._sample_coordinates(sample_shape)
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
     def _log_mass_at_zero(self):
@@ -195,6 +195,9 @@ class HardConcrete(_BinaryConcrete):
     def deterministic_gate(self) -> Tensor:
         """The test-time gate min(1, max(0, sigmoid(log alpha) (high - low) + low)) (Louizos et al. eq. 13)."""
         return self._stretch(torch.sigmoid(self.logits), torch.sigmoid(-self.logits))
+
+    def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__}: no relaxed sample given a gate's discrete value (its atoms at 0 and 1 are not a relaxation's limit)")
 
     def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""

@@ -57,7 +57,7 @@ class ConcreteStraightThrough(Concrete):
     _kind = Kind.STRAIGHT_THROUGH_LOG
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        y = self._sample_log(sample_shape)
+        y = self._sample_coordinates(sample_shape)
         hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
         return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
@@ -83,7 +83,7 @@ class BinConcreteStraightThrough(BinConcrete):
     _kind = Kind.STRAIGHT_THROUGH_LOGIT
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
-        y = self._sample_logit(sample_shape)
+        y = self._sample_coordinates(sample_shape)
         hard = (y > 0).to(y.dtype)
         return carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
