@@ -297,7 +297,7 @@ class _DiscreteGraphLoss(ELBO):
                 f"{prefix}: its parameters ({', '.join(f'{prefix}.{t}' for t in self.tunable)}) are not in the model or guide, "
                 f"so they keep their initial values and are not trained on the variance: pass guide=loss.guide(guide) to SVI",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,  # past the named boundary: the host's call of the loss
             )
         if tunables:
             square = self._square(rng_key, param_map, model, guide, args, kwargs, tunables, guide_names)

@@ -177,7 +177,7 @@ def test_unbiased_estimators_refuse_two_stochastic_layers(backend, estimator):
     loss = getattr(backend.lib, estimator)(plate="data")
     # NumPyro raises from the compiled step's callback: a JAX runtime error carrying the message
     with pytest.raises(Exception, match=rf"{estimator}: a relaxed site's distribution depends on the value of another relaxed site .*one stochastic layer"):
-        backend.loss_samples(model, guide, backend.array(DATA), loss=loss, seeds=[1])
+        backend.loss_samples(model, loss.guide(guide), backend.array(DATA), loss=loss, seeds=[1])
 
 
 def test_estimators_refuse_what_they_cannot_treat(backend):

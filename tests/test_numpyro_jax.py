@@ -358,3 +358,35 @@ def test_clearing_the_carry_scores_an_own_sample_from_its_values():
     assert underflowed.any() and np.isfinite(exact).all()
     np.testing.assert_array_equal(from_values, copy)
     assert not np.isfinite(np.asarray(from_values)[underflowed]).any()
+
+
+def test_control_variate_losses_say_when_their_parameters_are_not_declared():
+    """NumPyro's SVI.init collects parameters from the model and guide only: REBAR with the plain
+    guide keeps eta and the temperature scale at their initial values, and says so (once, at trace
+    time), naming loss.guide; with loss.guide(guide) the parameters exist and it says nothing."""
+    import warnings
+
+    from numpyro.infer import SVI
+
+    def model(x):
+        with numpyro.plate("data", 2):
+            z = numpyro.sample("z", nc.BinConcrete(0.5, logits=jnp.zeros(2)))
+            numpyro.sample("x", numpyro.distributions.Normal(z, 1.0), obs=x)
+
+    def guide(x):
+        phi = numpyro.param("phi", jnp.zeros(2))
+        with numpyro.plate("data", 2):
+            numpyro.sample("z", nc.BinConcrete(0.5, logits=phi))
+
+    x = jnp.array([0.3, 1.2])
+    loss = nc.REBAR(plate="data")
+    svi = SVI(model, guide, numpyro.optim.Adam(0.1), loss)
+    with pytest.warns(RuntimeWarning, match=r"REBAR: its parameters \(REBAR.eta, REBAR.log_temperature_scale\) are not in .*guide=loss\.guide\(guide\)"):
+        svi.update(svi.init(KEY, x), x)
+    wrapped = SVI(model, loss.guide(guide), numpyro.optim.Adam(0.1), loss)
+    state = wrapped.init(KEY, x)
+    assert {"REBAR.eta", "REBAR.log_temperature_scale"} <= set(wrapped.get_params(state))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state, _ = wrapped.update(state, x)
+    assert wrapped.get_params(state)["REBAR.eta"] != 1.0  # trained on the variance
