@@ -242,6 +242,16 @@ def replayed_traces(model, guide, key, args, kwargs):
     return handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
 
 
+def replayed_model_trace(model, guide_trace, key, args, kwargs):
+    """The model, seeded with ``key``, replayed against a given guide trace, every sample site
+    scored (the model side of ``get_importance_trace``, for a guide trace made otherwise)."""
+    trace = handlers.trace(handlers.replay(handlers.seed(model, key), trace=guide_trace)).get_trace(*args, **kwargs)
+    for site in sample_sites(trace):
+        log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
+        site["log_prob"] = log_prob if site["scale"] is None else site["scale"] * log_prob
+    return trace
+
+
 def importance_traces(model, guide, key, args, kwargs):
     """(model trace, guide trace) with every site's log_prob: the guide traced and the model replayed
     against it, by the host's ``get_importance_trace``, each seeded with its half of ``key``."""

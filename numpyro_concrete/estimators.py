@@ -33,7 +33,7 @@ from numpyro.primitives import Messenger
 from concrete_common import messages
 from concrete_common.messages import named_errors
 
-from ._traces import importance_traces, log_weights, per_element, sample_sites, trace, with_params
+from ._traces import importance_traces, log_weights, per_element, replayed_model_trace, trace, with_params
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import rewrap, unwrap
 from .hard_concrete import HardConcrete
@@ -268,11 +268,7 @@ class _DiscreteGraphLoss(ELBO):
         with the model's parameters held fixed."""
         world_guide = _with_values(guide_trace, values)
         scored = _ScoredByMass(_FixedParams(model) if fixed_model else model)
-        world_model = handlers.trace(handlers.replay(handlers.seed(scored, key), trace=world_guide)).get_trace(*args, **kwargs)
-        for site in sample_sites(world_model):
-            log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
-            site["log_prob"] = log_prob if site["scale"] is None else site["scale"] * log_prob
-        return self._elbo(world_model, world_guide)
+        return self._elbo(replayed_model_trace(scored, world_guide, key, args, kwargs), world_guide)
 
     def _surrogate(self, key, model, guide, args, kwargs, tunables):
         raise NotImplementedError
