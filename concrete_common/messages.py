@@ -114,7 +114,10 @@ def check_num_particles(num_particles, least=1, name="num_particles"):
 
 
 def outside_plate(site, plate):
-    return ModelError(f"site {site!r} is outside plate {plate!r}")
+    return ModelError(
+        f"site {site!r} is outside plate {plate!r}: one value per element of the plate needs every site inside "
+        "it; pass plate=None for one value of all observations"
+    )
 
 
 def global_latent(site, plate):

@@ -454,7 +454,7 @@ class GumbelRao(_DiscreteGraphLoss):
     def _straight_through(self, site):
         if isinstance(site.base, (ExpConcrete, LogitBinConcrete)):
             raise messages.ModelError(
-                f"GumbelRao: a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
+                f"a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
         soft = site.value(site.conditional((self.num_samples,))).mean(0)
