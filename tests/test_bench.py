@@ -122,3 +122,17 @@ def test_variance_quick_measures_each_estimator_at_each_step(capsys, tmp_path):
         if name == "disarm":
             assert bias < 5 * noise, (step, bias, noise)
     assert (tmp_path / "variance.png").stat().st_size > 0
+
+
+def test_estimators_quick_times_every_estimator_against_concrete(capsys):
+    """bench.estimators in --quick mode: every estimator of the dVAE example timed in both PPLs, each
+    against its own PPL's Concrete step (whose ratio to itself is exactly 1)."""
+    from bench import estimators
+
+    result = estimators.main(["--quick", "--dataset", "digits"])
+    capsys.readouterr()
+    assert set(result) == {(ppl, name) for ppl in ("numpyro", "pyro") for name in estimators.ESTIMATORS}
+    for (ppl, name), (ms, ratio) in result.items():
+        assert _positive(ms) and _positive(ratio)
+        if name == "concrete":
+            assert ratio == 1.0
