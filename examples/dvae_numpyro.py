@@ -7,6 +7,7 @@ discrete latent nodes, trained with their Concrete relaxation and evaluated as t
     python -m examples.dvae_numpyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
     python -m examples.dvae_numpyro --estimator rebar             # the discrete graph, REBAR on the relaxed sites
     python -m examples.dvae_numpyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
+    python -m examples.dvae_numpyro --devices 4 --device cpu      # data-parallel over 4 (simulated) devices
 
 Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
 shown as corners of {-1, 1}^log2(n) (appendix D.2). Training relaxes every node: the prior at
@@ -41,8 +42,13 @@ def parse_args(argv):
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=None, help="lambda_1 (default: the paper's)")
     parser.add_argument("--eval-samples", type=training.positive_int, default=1000, help="m of the test NLL (the paper used 50000)")
     parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
+    parser.add_argument("--devices", type=training.positive_int, default=1,
+                        help="data-parallel over this many JAX devices (jax.sharding): each batch split over them, "
+                             "parameters replicated; with --device cpu they are simulated")
     args = training.parse(parser, argv, numpyro_training.read_checkpoint)
     training.check_estimator(args)
+    if args.batch_size % args.devices:
+        training.fail(f"--batch-size {args.batch_size} does not split evenly over --devices {args.devices}")
     return args
 
 
@@ -51,6 +57,8 @@ if __name__ == "__main__":
     _ARGS = parse_args(None)
     if _ARGS.device:
         os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    if _ARGS.device == "cpu":
+        numpyro_training.simulate_cpu_devices(_ARGS.devices)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -189,10 +197,11 @@ def make_svi(vae, optim, estimator="concrete", particles=1):
     return SVI(model, guide, optim, loss)
 
 
-def make_train_step(svi, binarize, binarize_key):
-    """One compiled step: binarize the batch (a fresh Bernoulli(x) draw per step, or x > 1/2) and update."""
+def make_train_step(svi, binarize, binarize_key, parallel=None):
+    """One compiled step: binarize the batch (a fresh Bernoulli(x) draw per step, or x > 1/2) and
+    update; with ``parallel`` (a ``numpyro_training.DataParallel``) the batch is sharded over its
+    devices and the state replicated."""
 
-    @jax.jit
     def train_step(state, x, step):
         if binarize == "dynamic":
             x = jax.random.bernoulli(jax.random.fold_in(binarize_key, step), x).astype(x.dtype)
@@ -200,7 +209,7 @@ def make_train_step(svi, binarize, binarize_key):
             x = (x > 0.5).astype(x.dtype)
         return svi.update(state, x)
 
-    return train_step
+    return parallel.jit(train_step) if parallel else jax.jit(train_step)
 
 
 def evaluator(vae, num_particles):
@@ -212,9 +221,9 @@ def evaluator(vae, num_particles):
     return jax.jit(bound)
 
 
-def evaluate(bound, params, images, batch_size, key):
+def evaluate(bound, params, images, batch_size, key, place=lambda x: x):
     return np.concatenate([
-        np.asarray(bound(params, images[start : start + batch_size], jax.random.fold_in(key, start)))
+        np.asarray(bound(params, place(images[start : start + batch_size]), jax.random.fold_in(key, start)))
         for start in range(0, len(images), batch_size)
     ])
 
@@ -239,28 +248,33 @@ def main(argv=None):
     svi = make_svi(vae, numpyro.optim.Adam(args.lr), args.estimator, args.particles)
     key = jax.random.PRNGKey(args.seed)
     init_key, binarize_key, eval_key = jax.random.split(key, 3)
-    train_step = make_train_step(svi, args.binarize, binarize_key)
+    parallel = numpyro_training.DataParallel(args.devices) if args.devices > 1 else None
+    place = parallel.shard if parallel else (lambda x: x)
+    train_step = make_train_step(svi, args.binarize, binarize_key, parallel)
 
     state = svi.init(init_key, train[: args.batch_size])
+    if parallel:
+        state = parallel.replicate(state)
     quick_bound = evaluator(vae, 1)
     valid = jnp.asarray(data.fixed_binarization(dataset.valid[:1000], args.binarize))
 
     def make_batch(step):
-        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
+        return (place(train[data.batch_indices(len(train), args.batch_size, args.seed, step)]),)
 
     def validation(params):
-        return -evaluate(quick_bound, params, valid, 500, eval_key).mean()
+        return -evaluate(quick_bound, params, valid, 500, eval_key, place).mean()
 
     state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=validation)
 
     params = svi.get_params(state)
     test = jnp.asarray(data.fixed_binarization(dataset.test, args.binarize))
-    test_bound = evaluate(evaluator(vae, args.eval_samples), params, test, max(1, 50000 // args.eval_samples), eval_key)
+    test_bound = evaluate(evaluator(vae, args.eval_samples), params, test, max(1, 50000 // args.eval_samples), eval_key, place)
     test_nll = -float(test_bound.mean())
     metrics = dict(
         example="dvae", backend="numpyro", dataset=dataset.name, arity=args.arity, layers=args.layers, units=units,
         conditioning=args.conditioning, estimator=args.estimator, particles=args.particles, temperatures=temperatures,
         steps=history.step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
+        devices=args.devices, platform=jax.devices()[0].platform,
         test_nll=test_nll, final_train_loss=float(np.mean(history.losses[-100:])), train_seconds=history.seconds,
         seconds_per_step=history.seconds / max(history.step, 1), validation=history.evaluations,
     )

@@ -7,15 +7,21 @@ latent nodes, trained with their Concrete relaxation and evaluated as the discre
     python -m examples.dvae_pyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
     python -m examples.dvae_pyro --estimator rebar                # the discrete graph, REBAR on the relaxed sites
     python -m examples.dvae_pyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
+    torchrun --nproc_per_node 2 -m examples.dvae_pyro --out runs/ddp   # data-parallel, 2 processes (DDP)
 
 Model ``(200H~784V)``: z ~ p(z) (learned prior logits), x ~ Bernoulli(decoder(z)), with n-ary nodes
 shown as corners of {-1, 1}^log2(n) (appendix D.2). Training relaxes every node: the prior at
 temperature lambda_2, the posterior at lambda_1 (the paper's defaults per arity), both through the
 log-space nodes (ExpConcrete / LogitBinConcrete, via ``log_space_config``); the objective is the
 importance-weighted bound L_m. The test NLL is -L_m of the *discrete* graph (``discrete_log_likelihood``).
+
+Under ``torchrun`` each process trains on its slice of every batch (``--batch-size`` is the whole
+batch), with torch's ``DistributedDataParallel`` (gloo on CPUs, NCCL on GPUs); rank 0 evaluates and
+writes the checkpoints and results (``pyro_training.DataParallel``).
 """
 
 import math
+import os
 
 import numpy as np
 import pyro
@@ -197,9 +203,38 @@ def parse_args(argv):
     return args
 
 
+# the losses whose gradient DDP can all-reduce: a differentiable_loss, parameters only in the module
+# (REBAR and RELAX tune their control variates on each step's own gradient estimate; Pyro's
+# TraceGraph_ELBO, the REINFORCE loss at m = 1, has no differentiable_loss)
+DISTRIBUTED_ESTIMATORS = ("concrete", "gumbel-rao", "disarm")
+
+
+def start_processes(args):
+    """Join the process group ``torchrun`` describes (environment variables WORLD_SIZE, RANK,
+    LOCAL_RANK, MASTER_ADDR/PORT); None when not started by it. Returns (rank, world size, device)."""
+    import torch.distributed as tdist
+
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    if args.estimator not in DISTRIBUTED_ESTIMATORS and not (args.estimator == "reinforce" and args.particles > 1):
+        training.fail(f"--estimator {args.estimator} (with --particles {args.particles}) does not run under torchrun: "
+                      f"use one of {', '.join(DISTRIBUTED_ESTIMATORS)}, or reinforce with --particles > 1 (VIMCO)")
+    if args.batch_size % world:
+        training.fail(f"--batch-size {args.batch_size} does not split evenly over {world} processes")
+    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith(("cuda", "gpu"))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    tdist.init_process_group("nccl" if cuda else "gloo")
+    return tdist.get_rank(), world, device
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    processes = start_processes(args)
+    rank, world = 0, 1
+    if processes is not None:
+        rank, world, device = processes
     try:
         dataset = data.load(args.dataset, args.data_dir)
     except data.DataNotFound as error:
@@ -226,7 +261,16 @@ def main(argv=None):
         x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
         return (torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x),)
 
-    history = pyro_training.fit(svi, vae, optim, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean())
+    parallel = pyro_training.DataParallel(vae, svi.loss.__self__, svi.model, svi.guide) if processes is not None else None
+    history = pyro_training.fit(svi, vae, optim, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean(),
+                                parallel=parallel)
+    if processes is not None:
+        import torch.distributed as tdist
+
+        tdist.barrier()  # every process has trained (and rank 0 saved): leave the group together
+        tdist.destroy_process_group()
+        if rank != 0:
+            return None
 
     test = torch.as_tensor(data.fixed_binarization(dataset.test, args.binarize), device=device)
     torch.manual_seed(args.seed)
@@ -235,6 +279,7 @@ def main(argv=None):
         example="dvae", backend="pyro", dataset=dataset.name, arity=args.arity, layers=args.layers, units=units,
         conditioning=args.conditioning, estimator=args.estimator, particles=args.particles, temperatures=temperatures,
         steps=history.step, lr=args.lr, batch_size=args.batch_size, seed=args.seed, eval_samples=args.eval_samples,
+        devices=world, platform=device.type,
         test_nll=test_nll, final_train_loss=float(np.mean(history.losses[-100:])), train_seconds=history.seconds,
         seconds_per_step=history.seconds / max(history.step, 1), validation=history.evaluations,
     )

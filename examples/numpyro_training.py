@@ -88,3 +88,57 @@ def fit(svi, train_step, state, make_batch, args, evaluate=None, batch_size=None
         print(f"stopped at step {history.step} by signal {stop.signal}; continue with --resume")
         raise SystemExit(128 + stop.signal)
     return state, history
+
+
+class DataParallel:
+    """Data-parallel SVI with JAX's own sharding (``jax.sharding``): a one-axis ``Mesh`` named
+    "batch" over the first ``devices`` devices; every batch is sharded on its first axis over it,
+    the SVI state (parameters, optimizer state, the PRNG key) replicated. ``jit`` compiles a step
+    with those shardings; XLA's SPMD partitioner splits the computation and all-reduces the
+    gradients. With ``jax_threefry_partitionable`` (on by default since JAX 0.5) random draws do not
+    depend on the sharding, so a run gives the one-device run's numbers up to float32 reassociation
+    of the batch sums.
+
+    On a CPU the devices are simulated, ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (the
+    scripts set it for ``--device cpu --devices N``): they share the host's cores, so they show that
+    the program is correct and what it communicates, not a speed-up."""
+
+    def __init__(self, devices):
+        import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        available = jax.devices()
+        if devices > len(available):
+            training.fail(f"--devices {devices}: JAX sees {len(available)} {available[0].platform} device(s); on a CPU "
+                          f"pass --device cpu (which simulates {devices}) or set XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+        self.devices = devices
+        self.mesh = Mesh(np.array(available[:devices]), ("batch",))
+        self.batch = NamedSharding(self.mesh, PartitionSpec("batch"))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+
+    def jit(self, step):
+        """``step(state, x, i) -> (state, loss)`` compiled with the state replicated, ``x`` sharded."""
+        import jax
+
+        return jax.jit(step, in_shardings=(self.replicated, self.batch, self.replicated), out_shardings=self.replicated)
+
+    def shard(self, x):
+        """``x`` placed sharded on its first axis, or replicated when that does not split evenly (the
+        last, short batch of an evaluation)."""
+        import jax
+
+        return jax.device_put(x, self.batch if x.shape[0] % self.devices == 0 else self.replicated)
+
+    def replicate(self, tree):
+        import jax
+
+        return jax.device_put(tree, self.replicated)
+
+
+def simulate_cpu_devices(devices):
+    """Ask XLA for ``devices`` CPU devices (before JAX is imported): ``--device cpu --devices N``."""
+    import os
+
+    flag = "--xla_force_host_platform_device_count"
+    if devices > 1 and flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={devices}".strip()

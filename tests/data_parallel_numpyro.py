@@ -1,0 +1,108 @@
+"""Run by tests/test_data_parallel.py in a subprocess with 4 simulated CPU devices
+(XLA_FLAGS=--xla_force_host_platform_device_count=4, which must be set before JAX starts). Prints
+one JSON line of measurements; the test asserts on them."""
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import Trace_ELBO
+
+from examples import data, dvae_numpyro, numpyro_training
+from numpyro_concrete import Concrete, discrete_log_likelihood
+
+DEVICES = 4
+
+
+def _max_relative(a, b):
+    leaves = zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)) / (np.abs(np.asarray(y)) + 1e-3))) for x, y in leaves)
+
+
+def dvae_steps(steps):
+    """The dVAE example's compiled step, ``steps`` steps on one device and sharded over four."""
+    dataset = data.load("digits")
+    train = jnp.asarray(dataset.train)
+    layers = [dvae_numpyro.NodeLayer(200, 2)]
+    vae = dvae_numpyro.DiscreteVAE(layers, True, dvae_numpyro.PAPER_TEMPERATURES[2], train.mean(0), False)
+    svi = dvae_numpyro.make_svi(vae, numpyro.optim.Adam(1e-3))
+    parallel = numpyro_training.DataParallel(DEVICES)
+    one = dvae_numpyro.make_train_step(svi, "dynamic", jax.random.PRNGKey(1))
+    sharded = dvae_numpyro.make_train_step(svi, "dynamic", jax.random.PRNGKey(1), parallel)
+    state = svi.init(jax.random.PRNGKey(0), train[:64])
+    states, losses = {"one": state, "sharded": parallel.replicate(state)}, {"one": [], "sharded": []}
+    for step in range(steps):
+        x = train[data.batch_indices(len(train), 64, 0, step)]
+        states["one"], loss = one(states["one"], x, step)
+        losses["one"].append(float(loss))
+        states["sharded"], loss = sharded(states["sharded"], parallel.shard(x), step)
+        losses["sharded"].append(float(loss))
+    hlo = sharded.lower(states["sharded"], parallel.shard(train[:64]), 0).compile().as_text()
+    leaf = jax.tree_util.tree_leaves(svi.get_params(states["sharded"]))[0]
+    return {
+        "losses_one": losses["one"],
+        "losses_sharded": losses["sharded"],
+        "params_max_relative_difference": _max_relative(svi.get_params(states["sharded"]), svi.get_params(states["one"])),
+        "param_devices": len(leaf.sharding.device_set),
+        "param_replicated": bool(leaf.sharding.is_fully_replicated),
+        "all_reduces": hlo.count("all-reduce("),
+    }
+
+
+def carried_scores():
+    """A model whose prior scores the guide's own Concrete sample at temperature 0.01 (its float32
+    coordinates underflow to exact zeros, where a value-based score refuses): the ELBO compiled on
+    sharded data against the one-device value."""
+    k = 10
+
+    def model(x):
+        with numpyro.plate("data", x.shape[0]):
+            z = numpyro.sample("z", Concrete(0.01, logits=jnp.zeros(k)))
+            numpyro.sample("x", dist.Normal((z * jnp.arange(k)).sum(-1), 1.0), obs=x)
+
+    def guide(x):
+        logits = numpyro.param("q", jnp.linspace(-3.0, 3.0, k))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("z", Concrete(0.01, logits=logits))
+
+    x = jnp.linspace(0.0, 9.0, 64)
+    key = jax.random.PRNGKey(3)
+    loss = jax.jit(lambda x, key: Trace_ELBO().loss(key, {}, model, guide, x))
+    parallel = numpyro_training.DataParallel(DEVICES)
+    one, sharded = float(loss(x, key)), float(loss(parallel.shard(x), key))
+    # the guide's draw at this key, as plain values: how many coordinates are exactly 0
+    sample = numpyro.handlers.trace(numpyro.handlers.seed(guide, key)).get_trace(x)["z"]["value"]
+    return {"carried_one": one, "carried_sharded": sharded, "zeros_in_sample": int((sample == 0).sum())}
+
+
+def helpers_on_sharded_data():
+    """discrete_log_likelihood (a test-time helper) on data sharded over the devices."""
+    dataset = data.load("digits")
+    train = jnp.asarray(dataset.train)
+    vae = dvae_numpyro.DiscreteVAE([dvae_numpyro.NodeLayer(200, 2)], True, dvae_numpyro.PAPER_TEMPERATURES[2], train.mean(0), False)
+    svi = dvae_numpyro.make_svi(vae, numpyro.optim.Adam(1e-3))
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), train[:64]))
+    test = jnp.asarray(data.fixed_binarization(dataset.test[:64], "dynamic"))
+    bound = dvae_numpyro.evaluator(vae, 10)
+    parallel = numpyro_training.DataParallel(DEVICES)
+    key = jax.random.PRNGKey(5)
+    one = np.asarray(bound(params, test, key))
+    sharded_input = parallel.shard(test)
+    sharded = bound(parallel.replicate(params), sharded_input, key)
+    direct = discrete_log_likelihood(vae.model, vae.guide, sharded_input, num_particles=10, plate="data", params=params, rng_key=key)
+    return {
+        "helper_max_abs_difference": float(np.max(np.abs(np.asarray(sharded) - one))),
+        "helper_eager_max_abs_difference": float(np.max(np.abs(np.asarray(direct) - one))),
+        "helper_input_devices": len(sharded_input.sharding.device_set),
+        "helper_mean": float(one.mean()),
+    }
+
+
+if __name__ == "__main__":
+    assert jax.device_count() == DEVICES, jax.devices()
+    result = {"devices": jax.device_count(), **dvae_steps(int(sys.argv[1])), **carried_scores(), **helpers_on_sharded_data()}
+    print(json.dumps(result))

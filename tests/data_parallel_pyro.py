@@ -1,0 +1,92 @@
+"""Run by tests/test_data_parallel.py under ``torchrun --nproc_per_node 2`` (gloo): the Pyro dVAE
+example, data-parallel, with every file it writes recorded per rank; with "reference", rank 0 then
+computes the same steps in one process on the whole batch. Rank 0 prints one JSON line."""
+
+import io
+import json
+import os
+import sys
+
+import pyro
+import torch
+
+from examples import data, dvae_pyro, training
+
+OPTIONS = ["--no-progress", "--eval-samples", "4", "--eval-every", "3", "--latent-units", "32", "--device", "cpu"]
+
+
+def _run_recording_writes(argv):
+    """The example's main, every checkpoint or result file it writes recorded (by this rank)."""
+    writes, write = [], training.atomic_write
+
+    def recording(path, payload):
+        writes.append(os.path.basename(path))
+        write(path, payload)
+
+    training.atomic_write = recording
+    try:
+        metrics = dvae_pyro.main(argv)
+    finally:
+        training.atomic_write = write
+    return metrics, writes
+
+
+def _module_state(out):
+    with open(os.path.join(out, "checkpoint.bin"), "rb") as f:
+        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)["module"]
+
+
+def one_process_reference(steps, seed=0, batch_size=64, world=2, lr=1e-3):
+    """The same steps in this one process: each step's global batch (seeded as fit seeds it), the
+    loss of the whole batch as the sum of its slices' losses, each slice with the noise its rank
+    draws, one backward, one update (the Pyro optimizer, as SVI.step)."""
+    dataset = data.load("digits")
+    layers = [dvae_pyro.NodeLayer(32, 2)]
+    pyro.clear_param_store()
+    torch.manual_seed(seed)
+    train = torch.as_tensor(dataset.train)
+    vae = dvae_pyro.DiscreteVAE(dataset.dim, layers, True, dvae_pyro.PAPER_TEMPERATURES[2], train.mean(0), False)
+    optim = pyro.optim.Adam({"lr": lr, "fused": True})
+    svi = dvae_pyro.make_svi(vae, optim)
+    loss = svi.loss.__self__
+
+    def batch(step):
+        return torch.bernoulli(train[data.batch_indices(len(train), batch_size, seed, step)])
+
+    torch.manual_seed(seed)  # the compiled loss traces on its first call, as fit's warm-up call
+    loss.differentiable_loss(svi.model, svi.guide, batch(0).tensor_split(world)[0])
+    vae.zero_grad(set_to_none=True)
+    for step in range(steps):
+        torch.manual_seed(seed * 1_000_003 + step)
+        x = batch(step)
+        with pyro.poutine.trace(param_only=True) as capture:
+            total = 0.0
+            for rank, shard in enumerate(x.tensor_split(world)):
+                torch.manual_seed((seed * 1_000_003 + step) * 1_009 + rank)
+                total = total + loss.differentiable_loss(svi.model, svi.guide, shard)
+            total.backward()
+        params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
+        optim(params)
+        pyro.infer.util.zero_grads(params)
+    return {name: value.detach().clone() for name, value in vae.state_dict().items()}
+
+
+def _max_relative(a, b):
+    return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-3)).max()) for k in b)
+
+
+if __name__ == "__main__":
+    # argv: a record file for this rank's writes ({rank} in its name), "reference" or "-", the example's options
+    record, reference, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    metrics, writes = _run_recording_writes([*OPTIONS, *argv])
+    rank = int(os.environ["RANK"])
+    with open(record.format(rank=rank), "w") as f:
+        json.dump(writes, f)
+    if rank == 0:
+        result = {"devices": metrics["devices"], "final_train_loss": metrics["final_train_loss"], "validation": metrics["validation"]}
+        if reference == "reference":
+            out = argv[argv.index("--out") + 1]
+            state, steps = _module_state(out), int(argv[argv.index("--steps") + 1])
+            result["max_relative_difference_to_one_process"] = _max_relative(state, one_process_reference(steps))
+            result["moved_from_init"] = _max_relative(state, one_process_reference(0))
+        print(json.dumps(result))
