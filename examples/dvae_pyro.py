@@ -264,11 +264,8 @@ def main(argv=None):
     parallel = pyro_training.DataParallel(vae, svi.loss.__self__, svi.model, svi.guide) if processes is not None else None
     history = pyro_training.fit(svi, vae, optim, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean(),
                                 parallel=parallel)
-    if processes is not None:
-        import torch.distributed as tdist
-
-        tdist.barrier()  # every process has trained (and rank 0 saved): leave the group together
-        tdist.destroy_process_group()
+    if parallel is not None:
+        parallel.close()
         if rank != 0:
             return None
 

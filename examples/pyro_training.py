@@ -162,3 +162,12 @@ class DataParallel:
         total = loss.detach().clone()
         tdist.all_reduce(total)
         return total.item()
+
+    def close(self):
+        """Leave the process group together (every process has trained, rank 0 has saved), after
+        releasing DDP (its reducer must not outlive the group: gloo aborts the process then)."""
+        import torch.distributed as tdist
+
+        tdist.barrier()
+        del self.objective
+        tdist.destroy_process_group()

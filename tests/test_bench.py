@@ -136,3 +136,27 @@ def test_estimators_quick_times_every_estimator_against_concrete(capsys):
         assert _positive(ms) and _positive(ratio)
         if name == "concrete":
             assert ratio == 1.0
+
+
+def test_data_parallel_quick_numpyro_and_the_projection():
+    """bench.data_parallel in --quick mode (NumPyro, 2 simulated devices; a subprocess, since the
+    devices must exist before JAX starts): three configurations timed, the bytes all-reduced per
+    step equal to the Pyro example's parameter bytes for the same (200H~64V) model (459136: 114784
+    float32 parameters), and the projection's all-reduce cost by its formula."""
+    import subprocess
+    import sys
+
+    from bench import data_parallel
+
+    run = subprocess.run([sys.executable, "-m", "bench.data_parallel", "--quick", "--dataset", "digits", "--ppl", "numpyro"],
+                         cwd=data_parallel.ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| 1 device") or line.startswith("| 2 devices")]
+    assert len(rows) == 3 and "0.46 MB" in run.stdout
+    for row in rows:
+        ms, images_per_second = (float(cell) for cell in row.strip("|").split("|")[2:4])
+        assert ms > 0 and images_per_second > 0
+    (n8, comm8, eff8), (n64, comm64, eff64) = data_parallel.projection(459136, 10.0)
+    assert (n8, n64) == (8, 64)
+    assert abs(comm8 - 1000 * (2 * 7 / 8 * 459136 / 150e9 + 14 * 5e-6)) < 1e-12
+    assert abs(eff64 - 10.0 / (10.0 + comm64)) < 1e-12 and 0 < eff64 < eff8 < 1
