@@ -8,7 +8,13 @@ small configurations read 0. Below each sweep: the slope of log time against log
 two decades, and of log memory over the configurations that use at least 8 MB -- 1 is linear; a
 quadratic term would push it towards 2.
 
-Run: ``python -m bench.scaling`` (``--quick`` for a smoke run).
+Large K (``--large-k``): vocabulary-sized categories, K = 10^4, 10^5, 10^6 at 10^7 elements (batch
+1000, 100, 10), each contestant of ``bench.kernels`` (ours with validation on and off, torch's or
+TFP's relaxed categorical, the hand-written floor of the same math, the memory-traffic floor)
+timed interleaved in one process per configuration, and its peak memory measured alone in a fresh
+process; both against the floor (goal: time <= 1.1x, peak memory <= 1.2x).
+
+Run: ``python -m bench.scaling`` (``--quick`` for a smoke run; ``--large-k`` for the large-K table only).
 """
 
 import argparse
@@ -70,6 +76,72 @@ def worker(framework, batch, k, repetitions):
     print(json.dumps({"ms": float(np.median(times)), "mb": _peak_rss_mb() - baseline}))
 
 
+LARGE_K = [(1000, 10**4), (100, 10**5), (10, 10**6)]
+FLOOR = "floor (same math)"
+
+
+def _contestants(framework, batch, k):
+    from bench import kernels
+
+    make = kernels.torch_contestants if framework == "torch" else kernels.jax_contestants
+    return make("Concrete", (batch, k), grad=True)
+
+
+def large_k_time_worker(framework, batch, k, repetitions, labels):
+    """Runs in a subprocess: the median ms (forward + gradient) of each contestant in ``labels``
+    (all when empty), interleaved."""
+    from bench.harness import interleaved
+
+    contestants = _contestants(framework, batch, k)
+    chosen = {label: fn for label, fn in contestants.items() if not labels or label in labels}
+    print(json.dumps(interleaved(chosen, repetitions=repetitions, seconds=0.3)))
+
+
+def _status_mb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+
+
+def large_k_memory_worker(framework, batch, k, label):
+    """Runs in a subprocess: the peak resident memory of one contestant's call above the resident
+    memory just before it (Linux: the peak is reset through /proc/self/clear_refs), on its second
+    call (the first compiles)."""
+    call = _contestants(framework, batch, k)[label]
+    call()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM, the peak resident set, to the current one
+    before = _status_mb("VmRSS")
+    call()
+    print(json.dumps({"mb": _status_mb("VmHWM") - before}))
+
+
+def _worker_json(*argv):
+    output = subprocess.run([sys.executable, "-m", "bench.scaling", *argv], capture_output=True, text=True, check=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def large_k(repetitions, configs=LARGE_K, labels=()):
+    """The large-K table for both frameworks; returns {(framework, K): {label: (ms, mb)}}."""
+    results = {}
+    for framework in ("torch", "jax"):
+        print(f"\n{framework}, large K (10^7 elements, forward + gradient, float32, t = 0.5)\n")
+        print("| K | batch | contestant | ms | x floor | peak MB | x floor |\n|---|---|---|---|---|---|---|")
+        for batch, k in configs:
+            times = _worker_json("--large-k-time", framework, str(batch), str(k), str(repetitions), *labels)
+            row = {label: (ms, _worker_json("--large-k-memory", framework, str(batch), str(k), label)["mb"]) for label, ms in times.items()}
+            floor_ms, floor_mb = row[FLOOR]
+            for label, (ms, mb) in row.items():
+                print(f"| {k} | {batch} | {label} | {ms:.2f} | {ms / floor_ms:.2f} | {mb:.0f} | {mb / max(floor_mb, 1):.2f} |")
+            results[(framework, k)] = row
+    print("\ngoal (ours, default settings = validation on): time <= 1.1x floor, peak memory <= 1.2x floor")
+    for (framework, k), row in results.items():
+        ms, mb = row["ours, validation on"]
+        floor_ms, floor_mb = row[FLOOR]
+        verdict = "met" if ms <= 1.1 * floor_ms and mb <= 1.2 * max(floor_mb, 1) else "NOT met"
+        print(f"- {framework}, K = {k}: time {ms / floor_ms:.2f}x, memory {mb / max(floor_mb, 1):.2f}x: {verdict}")
+    return results
+
+
 def _measure(framework, batch, k, repetitions):
     output = subprocess.run(
         [sys.executable, "-m", "bench.scaling", "--worker", framework, str(batch), str(k), str(repetitions)],
@@ -93,14 +165,27 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the smallest configuration of each sweep, one repetition")
     parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--large-k", action="store_true", help="only the large-K table (K = 10^4 ... 10^6)")
     parser.add_argument("--worker", nargs=4, metavar=("FRAMEWORK", "BATCH", "K", "REPETITIONS"), help=argparse.SUPPRESS)
+    parser.add_argument("--large-k-time", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--large-k-memory", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         framework, batch, k, repetitions = args.worker
         return worker(framework, int(batch), int(k), int(repetitions))
+    if args.large_k_time:
+        framework, batch, k, repetitions, *labels = args.large_k_time
+        return large_k_time_worker(framework, int(batch), int(k), int(repetitions), labels)
+    if args.large_k_memory:
+        framework, batch, k, label = args.large_k_memory
+        return large_k_memory_worker(framework, int(batch), int(k), label)
     from bench.harness import machine_line
 
     print(machine_line())
+    if args.large_k:
+        if args.quick:  # a small configuration, the two contestants of the goal
+            return large_k(1, [(10, 1000)], labels=("ours, validation on", FLOOR))
+        return large_k(args.repetitions)
     print("# Concrete, t = 0.5, float32: median ms of forward + gradient, and peak resident memory above the process baseline")
     results = {}
     for framework in ("torch", "jax"):

@@ -160,3 +160,18 @@ def test_data_parallel_quick_numpyro_and_the_projection():
     assert (n8, n64) == (8, 64)
     assert abs(comm8 - 1000 * (2 * 7 / 8 * 459136 / 150e9 + 14 * 5e-6)) < 1e-12
     assert abs(eff64 - 10.0 / (10.0 + comm64)) < 1e-12 and 0 < eff64 < eff8 < 1
+
+
+def test_scaling_large_k_quick_against_the_floor(capsys):
+    """bench.scaling --large-k --quick: ours and the hand-written floor, timed side by side and their
+    peak memory measured alone, in both frameworks; the floor's own ratios are exactly 1."""
+    from bench import scaling
+
+    results = scaling.main(["--large-k", "--quick"])
+    out = capsys.readouterr().out
+    assert set(results) == {("torch", 1000), ("jax", 1000)}
+    for row in results.values():
+        assert set(row) == {"ours, validation on", scaling.FLOOR}
+        for ms, mb in row.values():
+            assert _positive(ms) and mb >= 0
+    assert out.count("| 1000 | 10 | floor (same math) |") == 2 and "goal (ours, default settings" in out
