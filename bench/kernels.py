@@ -170,7 +170,16 @@ def jax_contestants(name, shape, grad):
 
     def timed(fn):
         compiled = jax.jit(jax.grad(fn) if grad else fn)
-        return lambda: compiled(logits, key).block_until_ready()
+
+        def call():
+            return compiled(logits, key).block_until_ready()
+
+        def compiled_bytes():  # XLA's own account of the program's memory beyond its arguments
+            stats = compiled.lower(logits, key).compile().memory_analysis()
+            return stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+        call.compiled_bytes = compiled_bytes
+        return call
 
     def score(make):
         return lambda a, k: (lambda d: d.log_prob(d.sample(k)).sum())(make(a))
