@@ -52,8 +52,9 @@ def _torch_floor(name):
     def n_ary(a):
         g = torch.rand_like(a).clamp_(min=tiny).log_().neg_().log_().neg_()
         y = log_softmax((a + g) / T)  # torch.log_softmax, in plain ops below 16 categories
-        if name == "Concrete":
-            torch.exp(y)  # the sample itself, x = exp(y), as rsample returns it
+        # the sample itself, x = exp(y), as rsample returns it: held while it is scored, as by any
+        # code that draws a sample and then scores it
+        x = torch.exp(y) if name == "Concrete" else None  # noqa: F841
         k = a.shape[-1]
         b = a - T * (y - y.detach().amin(-1, keepdim=True))  # centred: exact in float32 (see _numerics)
         log_prob = math.lgamma(k) + (k - 1) * math.log(T) + log_softmax(b).sum(-1)
@@ -62,8 +63,7 @@ def _torch_floor(name):
     def binary(a):
         u = torch.rand_like(a).clamp_(min=tiny)
         y = (a + u.log() - torch.log1p(-u)) / T
-        if name == "BinConcrete":
-            torch.sigmoid(y)  # the sample itself, x = sigmoid(y)
+        x = torch.sigmoid(y) if name == "BinConcrete" else None  # noqa: F841 -- the sample, held while scored
         s = (a - T * y).abs()
         log_prob = math.log(T) - s - 2 * torch.log1p(torch.exp(-s))
         if name == "BinConcrete":
