@@ -18,7 +18,7 @@ import sys
 if __name__ == "__main__" and "--pyro-worker" not in sys.argv:  # before JAX starts: two CPU devices
     flag = "--xla_force_host_platform_device_count"
     if flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}=2".strip()
+        os.environ["XLA_FLAGS"] = f"{flag}=2 {os.environ.get('XLA_FLAGS', '')}".strip()  # first: see numpyro_training
 
 import argparse  # noqa: E402
 import json  # noqa: E402

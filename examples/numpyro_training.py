@@ -141,4 +141,5 @@ def simulate_cpu_devices(devices):
 
     flag = "--xla_force_host_platform_device_count"
     if devices > 1 and flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}={devices}".strip()
+        # first: XLA stops reading flags at a token that is not a flag
+        os.environ["XLA_FLAGS"] = f"{flag}={devices} {os.environ.get('XLA_FLAGS', '')}".strip()

@@ -6,7 +6,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # Set before torch or JAX starts; the example subprocesses inherit it.
     for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_variable, "1")
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    # (XLA stops reading XLA_FLAGS at a token that is not a flag: only flags here)
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _simulated_devices_env(devices):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    # first: XLA stops reading flags at a token that is not one (the suite's worker flags hold one)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} {env.get('XLA_FLAGS', '')}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     return env
 
