@@ -27,18 +27,11 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bench.harness import load_dataset  # noqa: E402
 from examples import data  # noqa: E402
 
 UNITS, PER_DEVICE, LR = 200, 64, 3e-4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _dataset(name):
-    try:
-        return data.load(name)
-    except data.DataNotFound as error:  # the digits are always there
-        print(f"# {error}; using the 8x8 digits")
-        return data.load("digits")
 
 
 def numpyro_contestants(dataset):
@@ -76,12 +69,11 @@ def numpyro_contestants(dataset):
 def pyro_worker(dataset_name, batch, steps):
     """Inside torchrun (or alone): time ``steps`` steps of the Pyro example's step; rank 0 prints
     one JSON line (ms per step, parameter bytes)."""
-    import pyro
     import torch
 
     from examples import dvae_pyro, pyro_training
 
-    dataset = _dataset(dataset_name)
+    dataset = load_dataset(dataset_name)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         torch.distributed.init_process_group("gloo")
@@ -89,19 +81,19 @@ def pyro_worker(dataset_name, batch, steps):
     torch.manual_seed(0)
     train = torch.as_tensor(dataset.train)
     vae = dvae_pyro.DiscreteVAE(dataset.dim, [dvae_pyro.NodeLayer(UNITS, 2)], True, dvae_pyro.PAPER_TEMPERATURES[2], train.mean(0), False)
-    optim = pyro.optim.Adam({"lr": LR, "fused": True})
-    svi = dvae_pyro.make_svi(vae, optim)
+    svi_step = dvae_pyro.make_step(vae, pyro_training.adam(LR, fused=True))
     batches = [torch.bernoulli(train[data.batch_indices(len(train), batch, 0, i)]) for i in range(16)]
     if world > 1:
-        parallel = pyro_training.DataParallel(vae, svi.loss.__self__, svi.model, svi.guide)
-        parallel.warm_up(batches[0])
+        parallel = pyro_training.DataParallel(vae, svi_step)
+        svi_step.init(parallel.shard(batches[0]))
 
         def step(i):
-            return parallel.step(optim, batches[i % 16], seed=i)
+            return parallel.step(batches[i % 16], seed=i)
     else:
+        svi_step.init(batches[0])
 
         def step(i):
-            return svi.step(batches[i % 16])
+            return svi_step(batches[i % 16])
 
     for i in range(5):
         step(i)
@@ -170,7 +162,7 @@ def main(argv=None):
         args.steps, args.repetitions = 5, 3
     from bench.harness import interleaved_times, machine_line
 
-    dataset = _dataset(args.dataset)
+    dataset = load_dataset(args.dataset)
     print(machine_line())
     print(f"# bench.data_parallel: the discrete VAE example's Concrete step, (200H~{dataset.dim}V) binary, m = 1, {dataset.name}, "
           f"{PER_DEVICE} images per device (weak) or {PER_DEVICE} in all (strong); median over {args.repetitions} interleaved "

@@ -21,8 +21,8 @@ import numpyro
 import pyro
 import torch
 
-from bench.harness import interleaved_times, machine_line
-from examples import data
+from bench.harness import interleaved_times, load_dataset, machine_line
+from examples import data, pyro_training
 from examples import dvae_numpyro as numpyro_example
 from examples import dvae_pyro as pyro_example
 
@@ -68,13 +68,13 @@ def pyro_steps(dataset):
         torch.manual_seed(0)
         vae = pyro_example.DiscreteVAE(dataset.dim, [pyro_example.NodeLayer(UNITS, 2)], True,
                                        pyro_example.PAPER_TEMPERATURES[2], base_rate, estimator == "reinforce")
-        svi = pyro_example.make_svi(vae, pyro.optim.Adam({"lr": LR, "fused": True}), estimator)
-        svi.step(torch.bernoulli(batches[0]))  # creates the parameters (and the loss's own ones)
+        step = pyro_example.make_step(vae, pyro_training.adam(LR, fused=True), estimator)
+        step.init(torch.bernoulli(batches[0]))  # creates the parameters (and the loss's own ones)
         state = [store.get_state(), 1]
 
-        def run(svi=svi, state=state):
+        def run(step=step, state=state):
             store.set_state(state[0])
-            svi.step(torch.bernoulli(batches[state[1] % 64]))
+            step(torch.bernoulli(batches[state[1] % 64]))
             state[:] = store.get_state(), state[1] + 1
 
         steps[estimator] = run
@@ -91,11 +91,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.repetitions = 3, 3
-    try:
-        dataset = data.load(args.dataset)
-    except data.DataNotFound as error:  # the digits are always there
-        print(f"# {error}; using the 8x8 digits")
-        dataset = data.load("digits")
+    dataset = load_dataset(args.dataset)
     print(machine_line())
     print(f"# bench.estimators: the discrete VAE example's step per estimator, (200H~{dataset.dim}V) binary, batch {BATCH}, "
           f"m = 1, {dataset.name}; median ms per step over {args.repetitions} interleaved repetitions of {args.steps} steps "

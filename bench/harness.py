@@ -7,6 +7,18 @@ import time
 import numpy as np
 
 
+def load_dataset(name):
+    """``examples.data.load(name)``, or the 8x8 digits (always there, in scikit-learn) with a
+    comment line saying so when ``name``'s files are missing."""
+    from examples import data
+
+    try:
+        return data.load(name)
+    except data.DataNotFound as error:
+        print(f"# {error}; using the 8x8 digits")
+        return data.load("digits")
+
+
 def machine_line():
     import jax
     import torch

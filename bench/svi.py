@@ -8,7 +8,11 @@ binarization of the batch inside every step. Contestants:
 
 - numpyro example : ``examples.dvae_numpyro``'s compiled step (``jax.jit`` of ``svi.update``)
 - jax floor       : the same ELBO written directly in JAX (``jax.jit``, jax.example_libraries Adam)
-- pyro example    : ``examples.dvae_pyro``'s SVI (fused Adam, as the example) with ``JitTrace_ELBO`` (its default), and with ``Trace_ELBO``
+- pyro example    : ``examples.dvae_pyro``'s step (``pyro_training.Step``: the loss writes the gradients,
+                    one fused ``torch.optim.Adam`` steps them) with ``JitTrace_ELBO`` (its default), and
+                    with ``Trace_ELBO``
+- pyro SVI.step   : the same model, guide and loss stepped by ``SVI.step`` with ``pyro.optim.Adam``
+                    (fused), the examples' step before ``Step``
 - torch floor     : the same ELBO written directly in torch (eager, torch.optim.Adam), and with
                     ``fused=True`` (one kernel per parameter update instead of six)
 
@@ -32,7 +36,8 @@ import pyro
 import torch
 from jax.example_libraries import optimizers
 
-from examples import data
+from bench.harness import load_dataset
+from examples import data, pyro_training
 from examples import dvae_numpyro as numpyro_example
 from examples import dvae_pyro as pyro_example
 
@@ -165,19 +170,24 @@ def contestants(dataset):
 
     result["jax floor (jit)"] = run_jax
 
-    # Pyro example, both ELBOs
-    for jit in (True, False):
-        pyro.clear_param_store()
+    # Pyro example (its step, pyro_training.Step), both ELBOs; and SVI.step with a pyro.optim optimizer
+    for label, jit, native in (("pyro example (JitTrace_ELBO)", True, True), ("pyro example (Trace_ELBO)", False, True),
+                               ("pyro SVI.step (JitTrace_ELBO)", True, False)):
         torch.manual_seed(0)
         pvae = pyro_example.DiscreteVAE(dataset.dim, [pyro_example.NodeLayer(UNITS, 2)], True, (PRIOR_T, POSTERIOR_T),
                                         torch.as_tensor(base_rate), False)
-        psvi = pyro_example.make_svi(pvae, pyro.optim.Adam({"lr": LR, "fused": True}), jit=jit)
+        pvae.name = f"dvae{len(result)}"  # its own parameters in Pyro's store
+        step = pyro_example.make_step(pvae, pyro_training.adam(LR, fused=True), jit=jit)
+        if native:
+            step.init(torch.bernoulli(torch_batches[0]))
+        else:
+            step = pyro.infer.SVI(step.model, step.guide, pyro.optim.Adam({"lr": LR, "fused": True}), step.loss).step
 
-        def run_pyro(n, offset, psvi=psvi):
+        def run_pyro(n, offset, step=step):
             for i in range(n):
-                psvi.step(torch.bernoulli(torch_batches[(offset + i) % 64]))
+                step(torch.bernoulli(torch_batches[(offset + i) % 64]))
 
-        result["pyro example (JitTrace_ELBO)" if jit else "pyro example (Trace_ELBO)"] = run_pyro
+        result[label] = run_pyro
 
     # torch floors: torch.optim.Adam as most loops write it, and with fused=True (one kernel per update)
     for fused in (False, True):
@@ -204,11 +214,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.repetitions = 10, 3
-    try:
-        dataset = data.load(args.dataset)
-    except data.DataNotFound as error:  # the digits are always there
-        print(f"# {error}; using the 8x8 digits")
-        dataset = data.load("digits")
+    dataset = load_dataset(args.dataset)
     torch.set_num_threads(torch.get_num_threads())
     print(f"# bench.svi -- discrete VAE (200H~{dataset.dim}V) binary, batch {BATCH}, m = 1; {dataset.name}")
     print(f"# torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__}, jax {jax.__version__} "

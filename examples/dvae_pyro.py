@@ -29,8 +29,7 @@ import pyro.distributions as dist
 import torch
 import torch.nn as nn
 from pyro import poutine
-from pyro.infer import SVI, JitTrace_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceGraph_ELBO
-from pyro.optim import Adam
+from pyro.infer import JitTrace_ELBO, JitTraceGraph_ELBO, Trace_ELBO, TraceGraph_ELBO
 
 from examples import data, pyro_training, training
 from pyro_concrete import (
@@ -96,7 +95,10 @@ def network(inputs, outputs, nonlinear):
 
 
 class DiscreteVAE(nn.Module):
-    """Generative layers top to bottom z1 -> ... -> x; inference x -> ... -> z1."""
+    """Generative layers top to bottom z1 -> ... -> x; inference x -> ... -> z1. Its parameters are
+    registered in Pyro's parameter store under ``name``."""
+
+    name = "dvae"
 
     def __init__(self, data_dim, layers, nonlinear, temperatures, base_rate, reinforce):
         super().__init__()
@@ -116,7 +118,7 @@ class DiscreteVAE(nn.Module):
         self.baseline = network(data_dim, 1, nonlinear) if reinforce else None
 
     def model(self, x):
-        pyro.module("dvae", self)
+        pyro.module(self.name, self)
         with pyro.plate("data", x.shape[0]):
             logits = self.prior_logits
             for i, (name, layer) in enumerate(zip(self.names, self.layers)):
@@ -126,7 +128,7 @@ class DiscreteVAE(nn.Module):
             pyro.sample("x", dist.Bernoulli(logits=self.decoder(h)).to_event(1), obs=x)
 
     def guide(self, x):
-        pyro.module("dvae", self)
+        pyro.module(self.name, self)
         infer = {} if self.baseline is None else {"baseline": {"baseline_value": self.baseline(x).squeeze(-1)}}
         with pyro.plate("data", x.shape[0]):
             h = x
@@ -148,8 +150,8 @@ class DiscreteVAE(nn.Module):
 DISCRETE_GRAPH_ESTIMATORS = {"rebar": REBAR, "relax": RELAX, "gumbel-rao": GumbelRao, "disarm": DisARM}
 
 
-def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
-    """SVI for the relaxed model through its log-space nodes (objective L_m); for the discrete
+def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True):
+    """The training step (``pyro_training.Step``) for the relaxed model through its log-space nodes (objective L_m); for the discrete
     model with the score-function estimator and the learned baseline (VIMCO at m > 1); or for the
     discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide."""
     if estimator == "concrete":
@@ -168,7 +170,7 @@ def make_svi(vae, optim, estimator="concrete", particles=1, jit=True):
     else:  # the discrete graph's gradient from the relaxed model and guide (uncompiled: second derivatives)
         loss = DISCRETE_GRAPH_ESTIMATORS[estimator](plate="data")
         model, guide = vae.model, loss.guide(vae.guide)
-    return SVI(model, guide, optim, loss)
+    return pyro_training.Step(model, guide, loss, make_optimizer)
 
 
 def evaluate(vae, images, num_particles, batch_size):
@@ -252,8 +254,7 @@ def main(argv=None):
     train = torch.as_tensor(dataset.train, device=device)
     learned_baseline = args.estimator == "reinforce" and args.particles == 1
     vae = DiscreteVAE(dataset.dim, layers, args.conditioning == "nonlinear", temperatures, train.mean(0), learned_baseline).to(device)
-    optim = Adam({"lr": args.lr, "fused": True})  # one kernel per update, not six (bench.svi)
-    svi = make_svi(vae, optim, args.estimator, args.particles, jit=not args.no_jit)
+    step = make_step(vae, pyro_training.adam(args.lr, fused=True), args.estimator, args.particles, jit=not args.no_jit)
 
     valid = torch.as_tensor(data.fixed_binarization(dataset.valid[:1000], args.binarize), device=device)
 
@@ -261,8 +262,8 @@ def main(argv=None):
         x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
         return (torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x),)
 
-    parallel = pyro_training.DataParallel(vae, svi.loss.__self__, svi.model, svi.guide) if processes is not None else None
-    history = pyro_training.fit(svi, vae, optim, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean(),
+    parallel = pyro_training.DataParallel(vae, step) if processes is not None else None
+    history = pyro_training.fit(step, vae, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean(),
                                 parallel=parallel)
     if parallel is not None:
         parallel.close()

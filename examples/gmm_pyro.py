@@ -25,10 +25,9 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO
+from pyro.infer import Trace_ELBO, TraceEnum_ELBO
 from pyro.infer.autoguide import AutoNormal, init_to_value
 from pyro.nn import PyroModule, PyroParam, pyro_method
-from pyro.optim import Adam
 
 from examples import data, pyro_training, training
 from examples.clustering import clustering_scores
@@ -81,11 +80,11 @@ def main(argv=None):
     initial = x[torch.as_tensor(np.random.default_rng(args.seed).choice(len(x), args.components, replace=False))]
     mixture = GaussianMixture(initial, len(x), (args.prior_temperature, args.posterior_temperature)).to(device)
     mixture.guide(x, batch_size)  # creates the AutoNormal's parameters, so that a checkpoint can be loaded into them
-    optim = Adam({"lr": args.lr})
+    adam = pyro_training.adam(args.lr)
     if args.training == "relaxed":
-        svi = SVI(mixture.model, mixture.guide, optim, Trace_ELBO())
+        step = pyro_training.Step(mixture.model, mixture.guide, Trace_ELBO(), adam)
     else:  # the tutorial's way: z enumerated in the model, the guide only over the globals
-        svi = SVI(discrete(mixture.model, mode="enumerate"), mixture.global_guide, optim, TraceEnum_ELBO(max_plate_nesting=1))
+        step = pyro_training.Step(discrete(mixture.model, mode="enumerate"), mixture.global_guide, TraceEnum_ELBO(max_plate_nesting=1), adam)
 
     def log_likelihood():
         """log p(x | globals) per flower, exactly (z summed out), the globals at the guide's median."""
@@ -93,7 +92,7 @@ def main(argv=None):
             return marginal_log_likelihood(mixture.model, x, given=mixture.global_values(x)).item() / len(x)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
-    history = pyro_training.fit(svi, mixture, optim, lambda step: (x, batch_size), args, evaluate=log_likelihood, batch_size=len(x))
+    history = pyro_training.fit(step, mixture, lambda step: (x, batch_size), args, evaluate=log_likelihood, batch_size=len(x))
 
     log_px = log_likelihood()
     with torch.no_grad():

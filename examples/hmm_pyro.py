@@ -22,8 +22,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn as nn
-from pyro.infer import SVI, Trace_ELBO, TraceEnum_ELBO
-from pyro.optim import Adam
+from pyro.infer import Trace_ELBO, TraceEnum_ELBO
 
 from examples import data, pyro_training, training
 from pyro_concrete import Concrete, discrete, map_assignment, marginal_log_likelihood
@@ -84,18 +83,18 @@ def main(argv=None):
     rows = train.flatten(0, 1)
     initial = rows[torch.as_tensor(np.random.default_rng(args.seed).choice(len(rows), args.states, replace=False))]
     hmm = RowHMM(initial, height, (args.prior_temperature, args.posterior_temperature)).to(device)
-    optim = Adam({"lr": args.lr})
+    adam = pyro_training.adam(args.lr)
     if args.training == "relaxed":
-        svi = SVI(hmm.model, hmm.guide, optim, Trace_ELBO())
+        step = pyro_training.Step(hmm.model, hmm.guide, Trace_ELBO(), adam)
     else:
-        svi = SVI(discrete(hmm.model, mode="enumerate"), no_guide, optim, TraceEnum_ELBO(max_plate_nesting=1))
+        step = pyro_training.Step(discrete(hmm.model, mode="enumerate"), no_guide, TraceEnum_ELBO(max_plate_nesting=1), adam)
 
     def make_batch(step):
         return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     history = pyro_training.fit(
-        svi, hmm, optim, make_batch, args,
+        step, hmm, make_batch, args,
         evaluate=lambda: marginal_log_likelihood(hmm.model, test).item() / len(test),
     )
 

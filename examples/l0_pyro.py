@@ -22,8 +22,6 @@ import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn as nn
-from pyro.infer import SVI
-from pyro.optim import Adam
 
 from examples import data, pyro_training, training
 from pyro_concrete import HardConcrete, L0Objective
@@ -107,8 +105,7 @@ def main(argv=None):
     pyro.clear_param_store()
     torch.manual_seed(args.seed)
     mlp = GatedMLP(len(train), dataset.dim, args.hidden, 10, args.temperature, args.gate_inputs).to(device)
-    optim = Adam({"lr": args.lr, "fused": True})  # one kernel per update, not six (bench.svi)
-    svi = SVI(mlp.model, mlp.guide, optim, loss=L0Objective(args.l0))
+    step = pyro_training.Step(mlp.model, mlp.guide, L0Objective(args.l0), pyro_training.adam(args.lr, fused=True))
 
     def make_batch(step):
         indices = torch.as_tensor(data.batch_indices(len(train), args.batch_size, args.seed, step), device=device)
@@ -123,7 +120,7 @@ def main(argv=None):
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     # the loss is scaled to the training set: per image, divide by its size
-    history = pyro_training.fit(svi, mlp, optim, make_batch, args, evaluate=validation_loss, batch_size=len(train))
+    history = pyro_training.fit(step, mlp, make_batch, args, evaluate=validation_loss, batch_size=len(train))
 
     gates = mlp.deterministic_gates()
     hidden_gates, input_gates = gates["gates"], gates.get("input_gates")

@@ -29,10 +29,76 @@ def read_checkpoint(path, args):
     return training.load_checkpoint(path, load, args, keys=("module", "optim"))
 
 
-def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None, parallel=None):
-    """Run ``args.steps`` steps of ``svi`` (all parameters live in ``module``), or with ``parallel``
-    (a ``DataParallel``) its steps: each process trains on its shard of the batch, only rank 0
-    evaluates and writes checkpoints.
+class Step:
+    """One SVI step in PyTorch's own idiom, the loop of Pyro's ``examples/svi_torch.py``: one call
+    on a first batch creates the parameters (the model's, the guide's and the loss's own, such as
+    REBAR's) and one ``torch.optim`` optimizer over all of them, ``make_optimizer(params)``; every
+    step then lets the loss write the gradients (``loss_and_grads``, so that losses without a
+    ``differentiable_loss`` work too), steps the optimizer and drops the gradients.
+
+    ``SVI.step`` with a ``pyro.optim`` optimizer computes the same update, but traces the
+    parameters on every step, keeps one optimizer (one update kernel) per parameter and writes
+    zeros into every gradient: on the discrete VAE that is a fifth of its time
+    (``python -m bench.svi``). Parameters first created after the first batch would not be
+    optimized: the examples create all of theirs on the first call."""
+
+    def __init__(self, model, guide, loss, make_optimizer):
+        self.model, self.guide, self.loss, self.make_optimizer = model, guide, loss, make_optimizer
+        self.params, self.optim = {}, None
+
+    def init(self, *args):
+        """Create the parameters and the optimizer from one batch (its gradients are discarded).
+        The optimizer's parameters are in the order of their names in Pyro's parameter store
+        (``pyro.ops.jit`` visits them in set order, which differs between processes), so that a
+        checkpoint's optimizer state fits the same parameters when it is loaded."""
+        import pyro.poutine as poutine
+
+        with poutine.trace(param_only=True) as capture:
+            self.loss.loss_and_grads(self.model, self.guide, *args)
+        self.params = {name: capture.trace.nodes[name]["value"].unconstrained() for name in sorted(capture.trace.nodes)}
+        self.optim = self.make_optimizer(list(self.params.values()))
+        self.optim.zero_grad(set_to_none=True)
+
+    def __call__(self, *args):
+        """One step on ``args``; the loss, a float."""
+        if self.optim is None:
+            raise RuntimeError("Step.init(*args) creates the parameters and the optimizer before the first step")
+        loss = self.loss.loss_and_grads(self.model, self.guide, *args)
+        self.optim.step()
+        self.optim.zero_grad(set_to_none=True)
+        return loss
+
+    def state_dict(self):
+        """The optimizer's state with the names of its parameters, in its order."""
+        return {"names": list(self.params), "optimizer": self.optim.state_dict()}
+
+    def load_state_dict(self, state):
+        """Load a ``state_dict()``, refusing one saved for other parameters (``torch.optim`` matches
+        states by position and does not check shapes) or by a ``pyro.optim`` optimizer (one
+        optimizer per parameter name: the checkpoints of these examples before ``Step``)."""
+        if not (isinstance(state, dict) and {"names", "optimizer"} <= state.keys()):
+            raise ValueError("its optimizer state is not a pyro_training.Step one (a pyro.optim state, one optimizer per "
+                             "parameter, saved before the examples' step moved to a torch.optim optimizer?)")
+        if state["names"] != list(self.params):
+            raise ValueError(f"its optimizer is over the parameters {state['names']}, these options make {list(self.params)}")
+        for (name, param), saved in zip(self.params.items(), state["optimizer"]["state"].values()):
+            for key, value in saved.items():
+                if torch.is_tensor(value) and value.dim() and value.shape != param.shape:
+                    raise ValueError(f"its optimizer state {key} of {name} has shape {tuple(value.shape)}, "
+                                     f"the parameter {tuple(param.shape)}")
+        self.optim.load_state_dict(state["optimizer"])
+
+
+def adam(lr, fused=False):
+    """``make_optimizer`` for ``Step``: ``torch.optim.Adam`` at learning rate ``lr``; ``fused``: one
+    kernel per update instead of six (``bench.svi``)."""
+    return lambda params: torch.optim.Adam(params, lr=lr, fused=fused)
+
+
+def fit(step, module, make_batch, args, evaluate=None, batch_size=None, parallel=None):
+    """Run ``args.steps`` calls of ``step`` (a ``Step``; all parameters live in ``module`` or in
+    the loss), or with ``parallel`` (a ``DataParallel``) its steps: each process trains on its
+    shard of the batch, only rank 0 evaluates and writes checkpoints.
 
     ``make_batch(step)`` returns the arguments of step ``step`` (it draws the step's randomness
     after the loop has seeded torch with (seed, step), so a resumed run repeats an uninterrupted one);
@@ -43,11 +109,10 @@ def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None, pa
     """
     path = training.checkpoint_path(args.out)
     history = History()
-    if args.resume:
-        saved = read_checkpoint(path, args)
+    saved = read_checkpoint(path, args) if args.resume else None
+    if saved is not None:
         try:
             module.load_state_dict(saved["module"])
-            optim.set_state(saved["optim"])
             history = History(**saved["history"])
         except (RuntimeError, KeyError, TypeError, ValueError) as error:
             training.checkpoint_does_not_fit(path, error)
@@ -57,19 +122,21 @@ def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None, pa
     def save():
         if path is not None and leader:
             buffer = io.BytesIO()
-            saved = dict(module=module.state_dict(), optim=optim.get_state(), history=vars(history), args=vars(args))
+            saved = dict(module=module.state_dict(), optim=step.state_dict(), history=vars(history), args=vars(args))
             torch.save(saved, buffer)
             training.atomic_write(path, buffer.getvalue())
 
-    # A JIT loss traces on its first call, drawing extra random numbers; compile it (and discard the
-    # gradients) before the first counted step, so that every step draws its randomness the same
-    # way, whether the run was resumed or not.
+    # The first call creates the parameters and the optimizer; a JIT loss also traces then, drawing
+    # extra random numbers: made before the first counted step, so that every step draws its
+    # randomness the same way, whether the run was resumed or not.
     torch.manual_seed(args.seed)
-    if parallel is None:
-        svi.loss_and_grads(svi.model, svi.guide, *make_batch(history.step))
-    else:
-        parallel.warm_up(*make_batch(history.step))
-    module.zero_grad(set_to_none=True)
+    batch = make_batch(history.step)
+    step.init(*(batch if parallel is None else (parallel.shard(batch[0]),) + tuple(batch[1:])))
+    if saved is not None:
+        try:
+            step.load_state_dict(saved["optim"])
+        except (RuntimeError, KeyError, TypeError, ValueError) as error:
+            training.checkpoint_does_not_fit(path, error)
 
     eval_every = getattr(args, "eval_every", None)
     progress = training.Progress(args.steps, history.step, disable=args.no_progress)
@@ -79,9 +146,9 @@ def fit(svi, module, optim, make_batch, args, evaluate=None, batch_size=None, pa
             torch.manual_seed(args.seed * 1_000_003 + history.step)
             batch = make_batch(history.step)
             if parallel is None:
-                loss = svi.step(*batch) / (batch_size or len(batch[0]))
+                loss = step(*batch) / (batch_size or len(batch[0]))
             else:
-                loss = parallel.step(optim, batch[0], seed=(args.seed * 1_000_003 + history.step) * 1_009) / (batch_size or len(batch[0]))
+                loss = parallel.step(batch[0], seed=(args.seed * 1_000_003 + history.step) * 1_009) / (batch_size or len(batch[0]))
             history.losses.append(loss)
             history.step += 1
             progress.update(loss)
@@ -116,10 +183,9 @@ class DataParallel:
     """Data-parallel SVI under ``torch.distributed`` (one process per device, ``torchrun``): the loss
     as a module (Pyro's ``ELBO.__call__`` / ``ELBOModule`` pattern, the one Pyro's
     ``examples/svi_lightning.py`` hands to Lightning's DDP strategy) wrapped in torch's
-    ``DistributedDataParallel``, which all-reduces the gradients during ``backward``; then the step
-    ``SVI.step`` takes (the Pyro optimizer on the parameters the loss touched). Plain DDP rather than
-    Lightning: the same engine without a trainer that would replace the examples' loop, checkpoints
-    and resume.
+    ``DistributedDataParallel``, which all-reduces the gradients during ``backward``; then the
+    ``Step``'s optimizer steps. Plain DDP rather than Lightning: the same engine without a trainer
+    that would replace the examples' loop, checkpoints and resume.
 
     Every process builds the same global batch (seeded by step) and trains on its own slice of it;
     the model is scored on that slice with its own noise (seeded by step and rank). Each process's
@@ -129,36 +195,29 @@ class DataParallel:
     ``differentiable_loss`` whose parameters all live in the module (``Trace_ELBO``,
     ``ImportanceWeightedELBO``, ``VIMCO``, ``GumbelRao``, ``DisARM`` and their compiled forms)."""
 
-    def __init__(self, module, loss, model, guide):
+    def __init__(self, module, step):
         import torch.distributed as tdist
         from torch.nn.parallel import DistributedDataParallel
 
-        self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
+        self.world, self.rank, self.svi_step = tdist.get_world_size(), tdist.get_rank(), step
         device = next(module.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
-        self.objective = DistributedDataParallel(_Objective(module, loss, model, guide), device_ids=device_ids)
+        self.objective = DistributedDataParallel(_Objective(module, step.loss, step.model, step.guide), device_ids=device_ids)
 
     def shard(self, x):
         """This process's slice of a global batch (the batch splits evenly: the scripts check)."""
         return x.tensor_split(self.world)[self.rank]
 
-    def warm_up(self, x):
-        """Call the loss once outside DDP (a compiled loss traces on its first call)."""
-        self.objective.module(self.shard(x))
-
-    def step(self, optim, x, seed):
+    def step(self, x, seed):
         """One SVI step on this process's slice of the global batch ``x``; the whole batch's loss."""
-        import pyro.poutine as poutine
         import torch.distributed as tdist
-        from pyro.infer.util import zero_grads
 
         torch.manual_seed(seed + self.rank)
-        with poutine.trace(param_only=True) as capture:
-            loss = self.objective(self.shard(x))
-            (loss * self.world).backward()
-        params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
-        optim(params)
-        zero_grads(params)
+        loss = self.objective(self.shard(x))
+        (loss * self.world).backward()
+        optim = self.svi_step.optim
+        optim.step()
+        optim.zero_grad(set_to_none=True)
         total = loss.detach().clone()
         tdist.all_reduce(total)
         return total.item()

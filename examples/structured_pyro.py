@@ -17,8 +17,6 @@ import pyro.distributions as dist
 import torch
 import torch.nn as nn
 from pyro import poutine
-from pyro.infer import SVI
-from pyro.optim import Adam
 
 from examples import data, pyro_training, training
 from examples.dvae_pyro import network  # the discrete VAE's networks
@@ -96,12 +94,11 @@ def main(argv=None):
     train = torch.as_tensor(dataset.train, device=device)
     predictor = HalfPredictor(half, args.latent_units, args.conditioning == "nonlinear", args.temperature, train[:, half:].mean(0)).to(device)
     model = poutine.reparam(predictor.model, config=log_space_config)
-    optim = Adam({"lr": args.lr, "fused": True})  # one kernel per update, not six (bench.svi)
     if args.no_jit:
         objective = ImportanceWeightedELBO(args.particles, "data")
     else:
         objective = JitImportanceWeightedELBO(args.particles, "data", ignore_jit_warnings=True)
-    svi = SVI(model, predictor.guide, optim, objective)
+    step = pyro_training.Step(model, predictor.guide, objective, pyro_training.adam(args.lr, fused=True))
 
     def make_batch(step):
         x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
@@ -110,7 +107,7 @@ def main(argv=None):
 
     valid = torch.as_tensor(data.fixed_binarization(dataset.valid[:1000], args.binarize), device=device)
     history = pyro_training.fit(
-        svi, predictor, optim, make_batch, args,
+        step, predictor, make_batch, args,
         evaluate=lambda: -evaluate(predictor, valid[:, :half], valid[:, half:], 10, 1000).mean(),
     )
 

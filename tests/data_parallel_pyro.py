@@ -10,7 +10,7 @@ import sys
 import pyro
 import torch
 
-from examples import data, dvae_pyro, training
+from examples import data, dvae_pyro, pyro_training, training
 
 OPTIONS = ["--no-progress", "--eval-samples", "4", "--eval-every", "3", "--latent-units", "32", "--device", "cpu"]
 
@@ -39,35 +39,31 @@ def _module_state(out):
 def one_process_reference(steps, seed=0, batch_size=64, world=2, lr=1e-3):
     """The same steps in this one process: each step's global batch (seeded as fit seeds it), the
     loss of the whole batch as the sum of its slices' losses, each slice with the noise its rank
-    draws, one backward, one update (the Pyro optimizer, as SVI.step)."""
+    draws, one backward, one update (the example's optimizer)."""
     dataset = data.load("digits")
     layers = [dvae_pyro.NodeLayer(32, 2)]
     pyro.clear_param_store()
     torch.manual_seed(seed)
     train = torch.as_tensor(dataset.train)
     vae = dvae_pyro.DiscreteVAE(dataset.dim, layers, True, dvae_pyro.PAPER_TEMPERATURES[2], train.mean(0), False)
-    optim = pyro.optim.Adam({"lr": lr, "fused": True})
-    svi = dvae_pyro.make_svi(vae, optim)
-    loss = svi.loss.__self__
+    step = dvae_pyro.make_step(vae, pyro_training.adam(lr, fused=True))
+    loss = step.loss
 
     def batch(step):
         return torch.bernoulli(train[data.batch_indices(len(train), batch_size, seed, step)])
 
     torch.manual_seed(seed)  # the compiled loss traces on its first call, as fit's warm-up call
-    loss.differentiable_loss(svi.model, svi.guide, batch(0).tensor_split(world)[0])
-    vae.zero_grad(set_to_none=True)
-    for step in range(steps):
-        torch.manual_seed(seed * 1_000_003 + step)
-        x = batch(step)
-        with pyro.poutine.trace(param_only=True) as capture:
-            total = 0.0
-            for rank, shard in enumerate(x.tensor_split(world)):
-                torch.manual_seed((seed * 1_000_003 + step) * 1_009 + rank)
-                total = total + loss.differentiable_loss(svi.model, svi.guide, shard)
-            total.backward()
-        params = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
-        optim(params)
-        pyro.infer.util.zero_grads(params)
+    step.init(batch(0).tensor_split(world)[0])
+    for i in range(steps):
+        torch.manual_seed(seed * 1_000_003 + i)
+        x = batch(i)
+        total = 0.0
+        for rank, shard in enumerate(x.tensor_split(world)):
+            torch.manual_seed((seed * 1_000_003 + i) * 1_009 + rank)
+            total = total + loss.differentiable_loss(step.model, step.guide, shard)
+        total.backward()
+        step.optim.step()
+        step.optim.zero_grad(set_to_none=True)
     return {name: value.detach().clone() for name, value in vae.state_dict().items()}
 
 

@@ -296,6 +296,89 @@ def test_checkpoint_without_saved_options_is_refused(ppl, tiny_run, tmp_path, ca
     assert "has no saved options" in line and str(tmp_path / "checkpoint.bin") in line
 
 
+@pytest.mark.parametrize("saved_by", ["pyro.optim", "other parameters", "states out of order"])
+def test_pyro_checkpoint_of_another_optimizer_is_refused(saved_by, tiny_run, tmp_path, capsys):
+    """``torch.optim`` loads a state by position without checking shapes (a state of another
+    shape then reads past its parameter): a checkpoint whose optimizer state was saved by
+    pyro.optim (before ``pyro_training.Step``: one optimizer per parameter name), for other
+    parameters, or in another order is refused in one line, not loaded."""
+    import io
+
+    import torch
+
+    saved = torch.load(io.BytesIO((tiny_run("pyro") / "checkpoint.bin").read_bytes()), weights_only=False)
+    assert set(saved["optim"]) == {"names", "optimizer"}  # what Step saves: a torch.optim state and its parameters
+    assert saved["optim"]["names"] == sorted(f"dvae$$${name}" for name in saved["module"])
+    if saved_by == "pyro.optim":
+        saved["optim"] = {name: {"state": {}, "param_groups": [{"lr": 1e-3, "params": [0]}]} for name in saved["optim"]["names"]}
+        expected = "pyro.optim"
+    elif saved_by == "other parameters":
+        saved["optim"]["names"][0] = "dvae$$$another"
+        expected = "its optimizer is over the parameters ['dvae$$$another'"
+    else:
+        state = saved["optim"]["optimizer"]["state"]
+        state[0], state[1] = state[1], state[0]
+        expected = "its optimizer state exp_avg of dvae$$$decoder.0.bias has shape (64, 8), the parameter (64,)"
+    torch.save(saved, tmp_path / "checkpoint.bin")
+    with pytest.raises(SystemExit) as stopped:
+        _run("dvae_pyro", TINY + ["--steps", "2", "--out", str(tmp_path), "--resume"])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err)
+    assert str(tmp_path / "checkpoint.bin") in line and expected in line, line
+
+
+@pytest.mark.parametrize("estimator, jit", [("concrete", True), ("concrete", False), ("reinforce", False), ("rebar", False)])
+def test_pyro_step_computes_the_update_of_svi_step(estimator, jit):
+    """``pyro_training.Step`` (the examples' step: the loss writes the gradients, one torch
+    optimizer) gives the parameters ``SVI.step`` with ``pyro.optim.Adam`` gives, bitwise, on the
+    discrete VAE's losses: also the loss's own parameters (REBAR's) and a learned baseline
+    (REINFORCE). Adam is elementwise, so one optimizer over all parameters is the same update as
+    one per parameter."""
+    import pyro
+    import torch
+
+    from examples import data, dvae_pyro, pyro_training
+
+    dataset = data.load("digits")
+    batches = torch.bernoulli(torch.as_tensor(dataset.train[:48]), generator=torch.Generator().manual_seed(0)).split(16)
+
+    def run(native):
+        pyro.clear_param_store()
+        torch.manual_seed(0)
+        vae = dvae_pyro.DiscreteVAE(dataset.dim, [dvae_pyro.NodeLayer(8, 2)], False, (0.5, 2 / 3),
+                                    torch.full((dataset.dim,), 0.3), estimator == "reinforce")
+        step = dvae_pyro.make_step(vae, pyro_training.adam(0.05), estimator, jit=jit)
+        torch.manual_seed(1)
+        if native:
+            with pytest.raises(RuntimeError, match="Step.init"):
+                step(batches[0])
+            step.init(batches[0])
+            update = step
+        else:
+            svi = pyro.infer.SVI(step.model, step.guide, pyro.optim.Adam({"lr": 0.05}), step.loss)
+            svi.loss_and_grads(svi.model, svi.guide, batches[0])  # the first call, as fit makes it
+            for value in pyro.get_param_store().values():
+                value.unconstrained().grad = None
+            update = svi.step
+        initial = {name: value.detach().clone() for name, value in pyro.get_param_store().items()}
+        losses = []
+        for i in range(6):
+            torch.manual_seed(100 + i)
+            losses.append(update(batches[i % 3]))
+        return losses, {name: value.detach().clone() for name, value in pyro.get_param_store().items()}, initial
+
+    losses, params, initial = run(native=True)
+    svi_losses, svi_params, _ = run(native=False)
+    assert losses == svi_losses
+    assert params.keys() == svi_params.keys() and len(params) >= 5
+    if estimator == "rebar":
+        assert any(name.endswith(".eta") for name in params)
+    for name, value in params.items():
+        assert torch.equal(value, svi_params[name]), name
+        assert not torch.equal(value, initial[name]), f"{name} did not move"
+    pyro.clear_param_store()
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_out_that_is_a_file_fails_before_training(script, tmp_path, capsys, monkeypatch):
     """--out an existing regular file, or below one: one line before any data, model or step
