@@ -1,6 +1,7 @@
 """The Pyro training loop of the examples: SVI steps with checkpoints, resume, a clean stop on
 SIGINT/SIGTERM, the progress bar and periodic evaluation."""
 
+import gc
 import io
 from dataclasses import dataclass, field
 
@@ -224,9 +225,11 @@ class DataParallel:
 
     def close(self):
         """Leave the process group together (every process has trained, rank 0 has saved), after
-        releasing DDP (its reducer must not outlive the group: gloo aborts the process then)."""
+        releasing DDP (its reducer must not outlive the group, nor be freed while the interpreter
+        exits: gloo aborts the process then, "terminate called without an active exception")."""
         import torch.distributed as tdist
 
         tdist.barrier()
         del self.objective
+        gc.collect()  # DDP sits in reference cycles: freed now, not during the interpreter's exit
         tdist.destroy_process_group()

@@ -256,7 +256,10 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         """The ELBO with the guide's sites at ``values`` (the other sites as drawn) and the model's
         parameters held fixed (the control variates train the guide only)."""
         world_guide = _with_values(guide_trace, values)
-        fixed = poutine.substitute(model, data={name: value.detach() for name, value in model_params.items()})
+        # hidden from the handlers outside (SVI.step's parameter trace): a substituted parameter
+        # statement records the detached value, which is not the parameter store's
+        fixed = poutine.block(poutine.substitute(model, data={name: value.detach() for name, value in model_params.items()}),
+                              hide_types=["param"])
         world_model = replayed_model_trace(_ScoredByMass()(fixed), world_guide, args, kwargs)
         return self._elbo(world_model, world_guide)
 

@@ -88,7 +88,8 @@ class Backend:
         return pyro.sample(name, d, obs=obs, infer=infer)
 
     def param(self, name, init, dtype="float64"):
-        return pyro.param(name, lambda: torch.as_tensor(np.asarray(init), dtype=_DTYPES[dtype]))
+        # a copy: torch.as_tensor would share the caller's array, which the optimizer then updates in place
+        return pyro.param(name, lambda: torch.tensor(np.asarray(init), dtype=_DTYPES[dtype]))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         def guide():
