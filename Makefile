@@ -1,4 +1,6 @@
 # Two commands on a fresh machine:  make test  /  make demo (the discrete VAE on the 8x8 digits)
+# make docs: the Sphinx site in docs/_build/html, warnings as errors
+# make release-check: build the wheel and sdist, install the wheel in a fresh venv, run the README there
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,13 +9,13 @@ STAMP := $(VENV)/.installed
 # is already satisfied (an unpinned torch pulls several GB of CUDA packages).
 TORCH := torch==2.13.0
 
-.PHONY: test demo clean
+.PHONY: test demo docs release-check clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile concrete_common/_version.py  # the version: the installed metadata reads it
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[pyro,numpyro,test,examples]"  # TFP (".[bench]") only for the benchmarks
+	$(BIN)/python -m pip install --quiet -e ".[pyro,numpyro,test,examples,docs]"  # TFP (".[bench]") only for the benchmarks
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -22,5 +24,11 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m examples.dvae_numpyro
 
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
+release-check: $(STAMP)
+	$(BIN)/python tools/release_check.py --torch "$(TORCH)"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info docs/_build docs/_generated

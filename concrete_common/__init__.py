@@ -5,3 +5,5 @@ the carried coordinates (``kinds``), the error messages and the checks that read
 (``messages``, ``stretch``, ``schedules``). The numerics and the PPL idioms stay in each package.
 Not a public API: users import ``pyro_concrete`` or ``numpyro_concrete``.
 """
+
+from ._version import __version__  # noqa: F401  (written there alone; pyproject.toml reads it)

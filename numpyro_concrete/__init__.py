@@ -4,6 +4,8 @@ Maddison, Mnih & Teh, "The Concrete Distribution: A Continuous Relaxation of Dis
 Variables", ICLR 2017.
 """
 
+from concrete_common._version import __version__  # noqa: F401  (concrete-ppl's; not in __all__)
+
 # constraints and transforms register biject_to; limits holds the zero-temperature limits
 # (limits.OneHotCategorical, limits.Bernoulli, ...), not exported here: they would shadow the host's
 from . import constraints, limits, transforms  # noqa: F401

@@ -10,7 +10,7 @@ The parameter constraints say exactly what validation accepts (``_checks`` decid
 only adds the reason to the error): a positive finite temperature, logits the dtype resolves,
 probabilities strictly positive (n-ary: summing to 1 within the simplex tolerance; binary: strictly
 inside (0, 1)), Hard Concrete's finite stretch ends. One condition ties two parameters and is
-checked beside them: |logits| / temperature at most ``concrete_common.floats.logits_bounds``' second
+checked beside them: ``|logits| / temperature`` at most ``concrete_common.floats.logits_bounds``' second
 bound (the sample's coordinates must stay finite). Like NumPyro's own constraints they check NumPy
 inputs with NumPy and JAX arrays with JAX.
 """
@@ -170,7 +170,7 @@ class _PositiveFinite(constraints._Positive):
 
 
 class _ResolvableReal(constraints._SingletonConstraint):
-    """Logits the dtype resolves against the sampler's noise: finite, with |x| at most the first of
+    """Logits the dtype resolves against the sampler's noise: finite, with ``|x|`` at most the first of
     ``concrete_common.floats.logits_bounds`` (16384 in float32, 8.8e12 in float64)."""
 
     event_dim = 0

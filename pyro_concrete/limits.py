@@ -1,13 +1,13 @@
 """Zero-temperature limits of the Concrete family, each on the sample space of its relaxation.
 
-=====================  =========================  ====================================
+=====================  ==========================  ====================================
 relaxed                discrete (``.discrete()``)  values
-=====================  =========================  ====================================
-Concrete               OneHotCategorical          one-hot vectors
-ExpConcrete            ExpOneHotCategorical       log of a one-hot: entries 0 and -inf
-BinConcrete            Bernoulli                  0 or 1
-LogitBinConcrete       LogitBernoulli             -inf or +inf (the logit of 0 or 1)
-=====================  =========================  ====================================
+=====================  ==========================  ====================================
+Concrete               OneHotCategorical           one-hot vectors
+ExpConcrete            ExpOneHotCategorical        log of a one-hot: entries 0 and -inf
+BinConcrete            Bernoulli                   0 or 1
+LogitBinConcrete       LogitBernoulli              -inf or +inf (the logit of 0 or 1)
+=====================  ==========================  ====================================
 
 All are enumerable and have a ``mode`` taken from the logits (argmax, first index on ties;
 ``logits > 0``), which is never NaN -- torch's Bernoulli mode is NaN at p = 1/2.
