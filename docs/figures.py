@@ -293,92 +293,35 @@ def load_results():
 
 
 def _rows(results, prefix):
-    return [(name, m) for name, m in sorted(results.items()) if name.startswith(prefix)]
-
-
-def _minutes(seconds):
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-_ESTIMATOR_NAMES = {"concrete": "Concrete", "rebar": "REBAR", "relax": "RELAX", "gumbel-rao": "Gumbel-Rao", "disarm": "DisARM"}
-
-
-def _estimator(m):
-    if m["estimator"] != "reinforce":
-        return _ESTIMATOR_NAMES[m["estimator"]]
-    return "REINFORCE" if m["particles"] == 1 else "VIMCO"
+    return results_module().runs_of(results, prefix)
 
 
 def _objective(m):
-    return f"{_estimator(m)}, L_{m['particles']}"
+    return results_module().objective(m)
 
 
 def _training(training):
-    return "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
+    return results_module().training_label(training)
+
+
+def results_module():
+    """``examples.results``: the run definitions and the tables of the committed runs."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from examples import results
+
+    return results
 
 
 def _source(prefix):
     return f"``examples/results/{prefix}*.json`` (the committed metrics of the runs listed by ``python -m examples.results list``)"
 
 
-def _seed_rows(runs, keys):
-    groups = defaultdict(list)
-    for _, m in runs:
-        groups[(m["backend"], m["training"])].append(m)
-    def stat(ms, key):  # mean +- sd over the seeds, as python -m examples.results table prints it
-        values = np.array([m[key] for m in ms])
-        return f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
-
-    return [[backend, _training(training)] + [stat(ms, key) for key in keys] + [str(len(ms))]
-            for (backend, training), ms in sorted(groups.items())]
-
-
 def example_tables(results):
-    rows = [[m["backend"], f"{m['arity']}-ary", _objective(m), f"{m['test_nll']:.2f}", f"{m['validation'][-1][1]:.2f}",
-             _minutes(m["train_seconds"]), f"{1000 * m['seconds_per_step']:.2f}"] for _, m in _rows(results, "digits-dvae")]
-    _write("dvae_digits.inc", list_table(
-        "Discrete VAE, 8x8 digits, (200H~64V) (240H for 8-ary), 20k steps: test NLL = -L_1000 of the discrete graph; "
-        "validation -L_1 = the discrete graph's ELBO on 1000 validation images",
-        ["PPL", "nodes", "objective", "test NLL (nats)", "validation -L_1 at the end", "training time", "ms/step"],
-        rows, _source("digits-dvae-")))
-    rows = [[m["backend"], f"{m['arity']}-ary", _objective(m), f"{m['steps'] // 1000}k", f"{m['test_nll']:.2f}",
-             f"{m['validation'][-1][1]:.2f}", _minutes(m["train_seconds"]), f"{1000 * m['seconds_per_step']:.2f}"]
-            for _, m in _rows(results, "fmnist-dvae")]
-    _write("dvae_fmnist.inc", list_table(
-        "Discrete VAE, Fashion-MNIST, (200H~784V): test NLL = -L_100 of the discrete graph over the 10k test images; "
-        "validation -L_1 on 1000 validation images",
-        ["PPL", "nodes", "objective", "steps", "test NLL (nats)", "validation -L_1 at the end", "training time", "ms/step"],
-        rows, _source("fmnist-dvae-")))
-    rows = [[m["dataset"], m["backend"], f"L_{m['particles']}^SP", f"{m['steps'] // 1000}k", f"{m['test_nll']:.2f}",
-             _minutes(m["train_seconds"])] for _, m in _rows(results, "digits-structured") + _rows(results, "fmnist-structured")]
-    _write("structured.inc", list_table(
-        "Structured prediction (bottom half from top half), linear, 2 x 240 binary nodes: test -L_100^SP of the "
-        "discrete graph", ["data", "PPL", "objective", "steps", "test -L_100^SP (nats)", "training time"],
-        rows, _source("{digits,fmnist}-structured-")))
-    _write("mixture.inc", list_table(
-        "Bernoulli mixture of the binarized 8x8 digits, K = 10, 3000 steps: mean ± sd over the seeds",
-        ["PPL", "training", "test log p(x) per image (exact)", "MAP accuracy", "MAP ARI", "seeds"],
-        _seed_rows(_rows(results, "digits-mixture"), ["test_log_likelihood", "accuracy", "ari"]), _source("digits-mixture-")))
-    _write("gmm.inc", list_table(
-        "Gaussian mixture of the Iris flowers (Pyro's GMM tutorial model: latent weights, locations, scales with an "
-        "AutoNormal guide), K = 3, 2000 steps: log p(x | globals at the guide's median), exact; mean ± sd over the seeds",
-        ["PPL", "training", "log p(x | globals) per flower", "MAP accuracy (species)", "MAP ARI", "seeds"],
-        _seed_rows(_rows(results, "iris-gmm"), ["log_likelihood", "accuracy", "ari"]), _source("iris-gmm-")))
-    rows = [[m["backend"], _training(m["training"]), f"{m['test_log_likelihood']:.2f}", f"{m['viterbi_pixel_accuracy']:.3f}",
-             str(m["states_used"]), _minutes(m["train_seconds"])] for _, m in _rows(results, "digits-hmm")]
-    _write("hmm.inc", list_table(
-        "Hidden Markov model of the 8x8 digits read row by row, 8 states, 3000 steps: test log p(x) by the forward "
-        "algorithm (exact), Viterbi paths",
-        ["PPL", "training", "test log p(x) per image (exact)", "pixels the Viterbi states reconstruct", "states used",
-         "training time"], rows, _source("digits-hmm-")))
-    rows = [[m["backend"], f"{m['l0']:g}", str(m["active_gates"]), f"{m['expected_l0']:.1f}", f"{m['test_accuracy']:.3f}",
-             _minutes(m["train_seconds"])]
-            for _, m in sorted(_rows(results, "digits-l0"), key=lambda item: (item[1]["backend"], item[1]["l0"]))]
-    _write("l0.inc", list_table(
-        "Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic "
-        "test-time gates",
-        ["PPL", "lambda (nats per open gate)", "open gates (of 100)", "expected L0", "test accuracy", "training time"],
-        rows, _source("digits-l0-")))
+    """The examples' result tables (``examples.results.tables``, which ``python -m examples.results
+    table`` prints in Markdown), as list-tables."""
+    for table in results_module().tables(results):
+        _write(f"{table.key}.inc", list_table(table.caption, table.header, table.rows, _source(table.prefix)))
 
 
 ESTIMATOR_ORDER = ["Concrete, L_1", "Concrete, L_5", "REINFORCE, L_1", "VIMCO, L_5", "REBAR, L_1", "RELAX, L_1",
@@ -531,8 +474,7 @@ def example_curves(results):
 def example_commands():
     """The committed runs' commands, per example, as ``python -m examples.results list`` prints them
     (from its run definitions, ``examples.results.RUNS``), as bash code blocks."""
-    sys.path.insert(0, ROOT)
-    from examples import results as runs
+    runs = results_module()
 
     for example in ("dvae", "structured", "mixture", "gmm", "hmm", "l0"):
         lines = []

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,92 +121,125 @@ def _load(results_dir):
     return out
 
 
-def _minutes(seconds):
+def minutes(seconds):
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 _ESTIMATOR_NAMES = {"concrete": "Concrete", "rebar": "REBAR", "relax": "RELAX", "gumbel-rao": "Gumbel-Rao", "disarm": "DisARM"}
 
 
-def _estimator(metrics):
-    if metrics["estimator"] != "reinforce":
-        return _ESTIMATOR_NAMES[metrics["estimator"]]
-    return "REINFORCE" if metrics["particles"] == 1 else "VIMCO"
+def objective(metrics):
+    """A discrete VAE run's training objective, e.g. "Concrete, L_5", "VIMCO, L_5"."""
+    estimator = metrics["estimator"]
+    if estimator == "reinforce":
+        name = "REINFORCE" if metrics["particles"] == 1 else "VIMCO"
+    else:
+        name = _ESTIMATOR_NAMES[estimator]
+    return f"{name}, L_{metrics['particles']}"
 
 
-def _training(training):
+def training_label(training):
     return "relaxed (Concrete, SVI)" if training == "relaxed" else "exact enumeration (TraceEnum_ELBO)"
 
 
-def _seed_rows(runs, keys):
-    """One table row per (PPL, training): mean +- sd over the seeds of each of ``keys``."""
-    groups = defaultdict(list)
-    for name, m in runs:
-        groups[(m["backend"], m["training"])].append(m)
-    for (backend, training), ms in sorted(groups.items()):
-        def stat(key):
-            values = np.array([m[key] for m in ms])
-            return f"{values.mean():.3f} +- {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+def runs_of(results, prefix):
+    """(name, metrics) of the runs whose name starts with ``prefix``, by name."""
+    return [(name, m) for name, m in sorted(results.items()) if name.startswith(prefix)]
 
-        print(f"| {backend} | {_training(training)} | " + " | ".join(stat(key) for key in keys) + " |")
+
+def _seed_rows(runs, keys):
+    """One row per (PPL, training): mean ± sd over the seeds of each of ``keys``, and the seeds."""
+    groups = defaultdict(list)
+    for _, m in runs:
+        groups[(m["backend"], m["training"])].append(m)
+
+    def stat(ms, key):
+        values = np.array([m[key] for m in ms])
+        return f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}"
+
+    return [[backend, training_label(training)] + [stat(ms, key) for key in keys] + [str(len(ms))]
+            for (backend, training), ms in sorted(groups.items())]
+
+
+@dataclass
+class Table:
+    """One results table: ``key`` names it (the docs' ``_generated/{key}.inc``), ``prefix`` the
+    committed runs it reads (``examples/results/{prefix}*.json``)."""
+
+    key: str
+    prefix: str
+    caption: str
+    header: list
+    rows: list
+
+
+def tables(results):
+    """The results tables of the committed runs ``results`` ({run name: metrics}), the one source of
+    ``table`` (Markdown) and of the documentation's example pages (``docs/figures.py``)."""
+    l0_runs = sorted(runs_of(results, "digits-l0"), key=lambda item: (item[1]["backend"], item[1]["l0"]))
+    return [
+        Table("dvae_digits", "digits-dvae-",
+              "Discrete VAE, 8x8 digits, (200H~64V) (240H for 8-ary), 20k steps: test NLL = -L_1000 of the discrete "
+              "graph; validation -L_1 = the discrete graph's ELBO on 1000 validation images",
+              ["PPL", "nodes", "objective", "test NLL (nats)", "validation -L_1 at the end", "training time", "ms/step"],
+              [[m["backend"], f"{m['arity']}-ary", objective(m), f"{m['test_nll']:.2f}", f"{m['validation'][-1][1]:.2f}",
+                minutes(m["train_seconds"]), f"{1000 * m['seconds_per_step']:.2f}"] for _, m in runs_of(results, "digits-dvae")]),
+        Table("dvae_fmnist", "fmnist-dvae-",
+              "Discrete VAE, Fashion-MNIST, (200H~784V): test NLL = -L_100 of the discrete graph over the 10k test "
+              "images; validation -L_1 on 1000 validation images",
+              ["PPL", "nodes", "objective", "steps", "test NLL (nats)", "validation -L_1 at the end", "training time", "ms/step"],
+              [[m["backend"], f"{m['arity']}-ary", objective(m), f"{m['steps'] // 1000}k", f"{m['test_nll']:.2f}",
+                f"{m['validation'][-1][1]:.2f}", minutes(m["train_seconds"]), f"{1000 * m['seconds_per_step']:.2f}"]
+               for _, m in runs_of(results, "fmnist-dvae")]),
+        Table("structured", "{digits,fmnist}-structured-",
+              "Structured prediction (bottom half from top half), linear, 2 x 240 binary nodes: test -L_100^SP of the "
+              "discrete graph",
+              ["data", "PPL", "objective", "steps", "test -L_100^SP (nats)", "training time"],
+              [[m["dataset"], m["backend"], f"L_{m['particles']}^SP", f"{m['steps'] // 1000}k", f"{m['test_nll']:.2f}",
+                minutes(m["train_seconds"])]
+               for _, m in runs_of(results, "digits-structured") + runs_of(results, "fmnist-structured")]),
+        Table("mixture", "digits-mixture-",
+              "Bernoulli mixture of the binarized 8x8 digits, K = 10, 3000 steps: mean ± sd over the seeds",
+              ["PPL", "training", "test log p(x) per image (exact)", "MAP accuracy", "MAP ARI", "seeds"],
+              _seed_rows(runs_of(results, "digits-mixture"), ["test_log_likelihood", "accuracy", "ari"])),
+        Table("gmm", "iris-gmm-",
+              "Gaussian mixture of the Iris flowers (Pyro's GMM tutorial model: latent weights, locations, scales with "
+              "an AutoNormal guide), K = 3, 2000 steps: log p(x | globals at the guide's median), exact; mean ± sd over "
+              "the seeds",
+              ["PPL", "training", "log p(x | globals) per flower", "MAP accuracy (species)", "MAP ARI", "seeds"],
+              _seed_rows(runs_of(results, "iris-gmm"), ["log_likelihood", "accuracy", "ari"])),
+        Table("hmm", "digits-hmm-",
+              "Hidden Markov model of the 8x8 digits read row by row, 8 states, 3000 steps: test log p(x) by the "
+              "forward algorithm (exact), Viterbi paths",
+              ["PPL", "training", "test log p(x) per image (exact)", "pixels the Viterbi states reconstruct",
+               "states used", "training time"],
+              [[m["backend"], training_label(m["training"]), f"{m['test_log_likelihood']:.2f}",
+                f"{m['viterbi_pixel_accuracy']:.3f}", str(m["states_used"]), minutes(m["train_seconds"])]
+               for _, m in runs_of(results, "digits-hmm")]),
+        Table("l0", "digits-l0-",
+              "Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic "
+              "test-time gates",
+              ["PPL", "lambda (nats per open gate)", "open gates (of 100)", "expected L0", "test accuracy", "training time"],
+              [[m["backend"], f"{m['l0']:g}", str(m["active_gates"]), f"{m['expected_l0']:.1f}", f"{m['test_accuracy']:.3f}",
+                minutes(m["train_seconds"])] for _, m in l0_runs]),
+    ]
+
+
+def _markdown(cell):
+    return str(cell).replace("|", "\\|")
 
 
 def table(results_dir):
+    """Print ``tables`` in Markdown, and the runs not yet committed."""
     results = _load(results_dir)
-
-    def rows(prefix):
-        return [(name, m) for name, m in sorted(results.items()) if name.startswith(prefix)]
-
-    print("Discrete VAE, 8x8 digits, (200H~64V) (240H for 8-ary), 20k steps: test NLL = -L_1000 of the discrete graph; "
-          "validation -L_1 = the discrete graph's ELBO on 1000 validation images")
-    print("| PPL | nodes | objective | test NLL (nats) | validation -L_1 at the end | training time | ms/step |")
-    print("|---|---|---|---|---|---|---|")
-    for name, m in rows("digits-dvae"):
-        objective = f"{_estimator(m)}, L_{m['particles']}"
-        print(f"| {m['backend']} | {m['arity']}-ary | {objective} | {m['test_nll']:.2f} | {m['validation'][-1][1]:.2f} | "
-              f"{_minutes(m['train_seconds'])} | {1000 * m['seconds_per_step']:.2f} |")
-    print()
-    print("Discrete VAE, Fashion-MNIST, (200H~784V): test NLL = -L_100 of the discrete graph over the 10k test images; "
-          "validation -L_1 on 1000 validation images")
-    print("| PPL | nodes | objective | steps | test NLL (nats) | validation -L_1 at the end | training time | ms/step |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, m in rows("fmnist-dvae"):
-        objective = f"{_estimator(m)}, L_{m['particles']}"
-        print(f"| {m['backend']} | {m['arity']}-ary | {objective} | {m['steps'] // 1000}k | {m['test_nll']:.2f} | "
-              f"{m['validation'][-1][1]:.2f} | {_minutes(m['train_seconds'])} | {1000 * m['seconds_per_step']:.2f} |")
-    print()
-    print("Structured prediction (bottom half from top half), linear, 2 x 240 binary nodes: test -L_100^SP of the discrete graph")
-    print("| data | PPL | objective | steps | test -L_100^SP (nats) | training time |")
-    print("|---|---|---|---|---|---|")
-    for name, m in rows("digits-structured") + rows("fmnist-structured"):
-        print(f"| {m['dataset']} | {m['backend']} | L_{m['particles']}^SP | {m['steps'] // 1000}k | {m['test_nll']:.2f} | "
-              f"{_minutes(m['train_seconds'])} |")
-    print()
-    print("Bernoulli mixture of the binarized 8x8 digits, K = 10, 3000 steps: mean +- sd over 5 seeds")
-    print("| PPL | training | test log p(x) per image (exact) | MAP accuracy | MAP ARI |")
-    print("|---|---|---|---|---|")
-    _seed_rows(rows("digits-mixture"), ["test_log_likelihood", "accuracy", "ari"])
-    print()
-    print("Gaussian mixture of the Iris flowers (Pyro's GMM tutorial model: latent weights, locations, scales with an "
-          "AutoNormal guide), K = 3, 2000 steps: log p(x \\| globals at the guide's median), exact; mean +- sd over 5 seeds")
-    print("| PPL | training | log p(x \\| globals) per flower | MAP accuracy (species) | MAP ARI |")
-    print("|---|---|---|---|---|")
-    _seed_rows(rows("iris-gmm"), ["log_likelihood", "accuracy", "ari"])
-    print()
-    print("Hidden Markov model of the 8x8 digits read row by row, 8 states, 3000 steps: test log p(x) by the forward "
-          "algorithm (exact), Viterbi paths")
-    print("| PPL | training | test log p(x) per image (exact) | pixels the Viterbi states reconstruct | states used | training time |")
-    print("|---|---|---|---|---|---|")
-    for name, m in rows("digits-hmm"):
-        print(f"| {m['backend']} | {_training(m['training'])} | {m['test_log_likelihood']:.2f} | {m['viterbi_pixel_accuracy']:.3f} | "
-              f"{m['states_used']} | {_minutes(m['train_seconds'])} |")
-    print()
-    print("Pruning a 64-100-10 classifier of the 8x8 digits with Hard Concrete gates, 3000 steps: deterministic test-time gates")
-    print("| PPL | lambda (nats per open gate) | open gates (of 100) | expected L0 | test accuracy | training time |")
-    print("|---|---|---|---|---|---|")
-    for name, m in sorted(rows("digits-l0"), key=lambda item: (item[1]["backend"], item[1]["l0"])):
-        print(f"| {m['backend']} | {m['l0']:g} | {m['active_gates']} | {m['expected_l0']:.1f} | {m['test_accuracy']:.3f} | "
-              f"{_minutes(m['train_seconds'])} |")
+    for i, t in enumerate(tables(results)):
+        if i:
+            print()
+        print(_markdown(t.caption))
+        print("| " + " | ".join(_markdown(h) for h in t.header) + " |")
+        print("|" + "---|" * len(t.header))
+        for row in t.rows:
+            print("| " + " | ".join(_markdown(c) for c in row) + " |")
     missing = [name for name in RUNS if name not in results]
     if missing:
         print()

@@ -606,3 +606,19 @@ def test_dvae_refuses_estimator_options_it_cannot_honour(ppl, options, message, 
     run = subprocess.run([sys.executable, "-m", f"examples.dvae_{ppl}", *options, "--out", str(tmp_path / "out")],
                          cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2 and _error_line(run.stderr) == f"error: {message}"
+
+
+def test_results_tables_hold_every_committed_run():
+    """``examples.results.tables`` (printed by ``python -m examples.results table``, rendered on the
+    docs' example pages): every committed run is in exactly one row (or one seed of a row), with the
+    numbers of its metrics.json."""
+    from examples import results
+
+    committed = results._load(results.RESULTS)
+    tables = {t.key: t for t in results.tables(committed)}
+    assert all(len(row) == len(t.header) for t in tables.values() for row in t.rows)
+    one_per_run = sum(len(tables[key].rows) for key in ("dvae_digits", "dvae_fmnist", "structured", "hmm", "l0"))
+    seeds = sum(int(row[-1]) for key in ("mixture", "gmm") for row in tables[key].rows)
+    assert one_per_run + seeds == len(committed) == len(results.RUNS)
+    m = committed["fmnist-dvae-pyro-binary-m5"]
+    assert ["pyro", "2-ary", "Concrete, L_5", "100k", f"{m['test_nll']:.2f}"] in [row[:5] for row in tables["dvae_fmnist"].rows]
