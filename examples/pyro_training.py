@@ -82,7 +82,11 @@ class Step:
                              "parameter, saved before the examples' step moved to a torch.optim optimizer?)")
         if state["names"] != list(self.params):
             raise ValueError(f"its optimizer is over the parameters {state['names']}, these options make {list(self.params)}")
-        for (name, param), saved in zip(self.params.items(), state["optimizer"]["state"].values()):
+        params = list(self.params.items())
+        for index, saved in state["optimizer"]["state"].items():  # keyed by position; a parameter never stepped has none
+            if not 0 <= index < len(params):
+                raise ValueError(f"its optimizer state has an entry {index} for {len(params)} parameters")
+            name, param = params[index]
             for key, value in saved.items():
                 if torch.is_tensor(value) and value.dim() and value.shape != param.shape:
                     raise ValueError(f"its optimizer state {key} of {name} has shape {tuple(value.shape)}, "

@@ -327,6 +327,20 @@ def test_pyro_checkpoint_of_another_optimizer_is_refused(saved_by, tiny_run, tmp
     assert str(tmp_path / "checkpoint.bin") in line and expected in line, line
 
 
+def test_pyro_checkpoint_whose_optimizer_never_stepped_a_parameter_resumes(tiny_run, tmp_path):
+    """torch.optim keeps no state for a parameter it never stepped: the states are keyed by
+    position, and the others are still checked against their own parameters (not shifted by one)."""
+    import io
+
+    import torch
+
+    saved = torch.load(io.BytesIO((tiny_run("pyro") / "checkpoint.bin").read_bytes()), weights_only=False)
+    del saved["optim"]["optimizer"]["state"][0]
+    torch.save(saved, tmp_path / "checkpoint.bin")
+    metrics = _run("dvae_pyro", TINY + ["--steps", "2", "--out", str(tmp_path), "--resume"])
+    assert metrics["steps"] == 2
+
+
 @pytest.mark.parametrize("estimator, jit", [("concrete", True), ("concrete", False), ("reinforce", False), ("rebar", False)])
 def test_pyro_step_computes_the_update_of_svi_step(estimator, jit):
     """``pyro_training.Step`` (the examples' step: the loss writes the gradients, one torch
