@@ -27,7 +27,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bench.harness import load_dataset  # noqa: E402
+from bench.harness import load_dataset, parse_steps, step_parser  # noqa: E402
 from examples import data  # noqa: E402
 
 UNITS, PER_DEVICE, LR = 200, 64, 3e-4
@@ -147,19 +147,12 @@ def projection(param_bytes, step_ms, devices=(8, 64)):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "digits"])
-    parser.add_argument("--ppl", default="numpyro,pyro")
-    parser.add_argument("--steps", type=int, default=50, help="steps per contestant per repetition")
-    parser.add_argument("--repetitions", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions of 5 steps")
+    parser = step_parser(__doc__, steps=50, repetitions=7, quick=(5, 3), ppl=True)
     parser.add_argument("--pyro-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=PER_DEVICE, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.pyro_worker:
+    args = parse_steps(parser, argv)
+    if args.pyro_worker:  # launched with --steps, never --quick
         return pyro_worker(args.dataset, args.batch, args.steps)
-    if args.quick:
-        args.steps, args.repetitions = 5, 3
     from bench.harness import interleaved_times, machine_line
 
     dataset = load_dataset(args.dataset)

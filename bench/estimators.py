@@ -12,7 +12,6 @@ median over the repetitions of the contestant's time over the Concrete step's in
 Run: ``python -m bench.estimators`` (``--quick`` for a few short repetitions; ``--ppl numpyro|pyro``).
 """
 
-import argparse
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +20,13 @@ import numpyro
 import pyro
 import torch
 
-from bench.harness import interleaved_times, load_dataset, machine_line
+from bench.harness import (
+    interleaved_times,
+    load_dataset,
+    machine_line,
+    parse_steps,
+    step_parser,
+)
 from examples import data, pyro_training
 from examples import dvae_numpyro as numpyro_example
 from examples import dvae_pyro as pyro_example
@@ -82,15 +87,7 @@ def pyro_steps(dataset):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "digits"])
-    parser.add_argument("--ppl", default="numpyro,pyro")
-    parser.add_argument("--steps", type=int, default=50, help="steps per contestant per repetition")
-    parser.add_argument("--repetitions", type=int, default=9)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions of 3 steps")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.repetitions = 3, 3
+    args = parse_steps(step_parser(__doc__, steps=50, repetitions=9, quick=(3, 3), ppl=True), argv)
     dataset = load_dataset(args.dataset)
     print(machine_line())
     print(f"# bench.estimators: the discrete VAE example's step per estimator, (200H~{dataset.dim}V) binary, batch {BATCH}, "

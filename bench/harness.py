@@ -1,5 +1,6 @@
 """Timing side by side: interleaved repetitions, medians, after warm-up; machine and versions."""
 
+import argparse
 import os
 import platform
 import time
@@ -17,6 +18,28 @@ def load_dataset(name):
     except data.DataNotFound as error:
         print(f"# {error}; using the 8x8 digits")
         return data.load("digits")
+
+
+def step_parser(doc, *, steps, repetitions, quick, ppl=False):
+    """The options of the benchmarks that time training steps: --dataset, --steps, --repetitions,
+    --quick (``quick``: its (steps, repetitions)) and, with ``ppl``, --ppl. Parse with ``parse_steps``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "digits"])
+    if ppl:
+        parser.add_argument("--ppl", default="numpyro,pyro")
+    parser.add_argument("--steps", type=int, default=steps, help="steps per contestant per repetition")
+    parser.add_argument("--repetitions", type=int, default=repetitions)
+    parser.add_argument("--quick", action="store_true", help=f"{quick[1]} repetitions of {quick[0]} steps")
+    parser.set_defaults(quick_settings=quick)
+    return parser
+
+
+def parse_steps(parser, argv):
+    """``parser.parse_args(argv)``, with --quick's steps and repetitions applied."""
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.repetitions = args.quick_settings
+    return args
 
 
 def machine_line():

@@ -23,7 +23,6 @@ the repetitions of each contestant's time over the floor's time in the same repe
 Run: ``python -m bench.svi`` (``--quick`` for a few short repetitions).
 """
 
-import argparse
 import math
 import platform
 import time
@@ -36,7 +35,7 @@ import pyro
 import torch
 from jax.example_libraries import optimizers
 
-from bench.harness import load_dataset
+from bench.harness import load_dataset, parse_steps, step_parser
 from examples import data, pyro_training
 from examples import dvae_numpyro as numpyro_example
 from examples import dvae_pyro as pyro_example
@@ -206,14 +205,7 @@ def contestants(dataset):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="fashion-mnist", choices=["fashion-mnist", "digits"])
-    parser.add_argument("--steps", type=int, default=100, help="steps per contestant per repetition")
-    parser.add_argument("--repetitions", type=int, default=15)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions of 10 steps")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.repetitions = 10, 3
+    args = parse_steps(step_parser(__doc__, steps=100, repetitions=15, quick=(10, 3)), argv)
     dataset = load_dataset(args.dataset)
     torch.set_num_threads(torch.get_num_threads())
     print(f"# bench.svi -- discrete VAE (200H~{dataset.dim}V) binary, batch {BATCH}, m = 1; {dataset.name}")

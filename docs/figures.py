@@ -433,23 +433,21 @@ def example_curves(results):
         return _training(m["training"])
 
     training_colors = {_training("enumerate"): "tab:blue", _training("relaxed"): "tab:orange"}
-    for prefix, name, ylabel, title in (
-        ("digits-mixture", "mixture.png", "test log p(x) per image (exact)", "Bernoulli mixture of the digits"),
-        ("iris-gmm", "gmm.png", "log p(x | globals at the guide's median) per flower", "Gaussian mixture of the Iris flowers"),
+    seeds, runs = dict(lw=1, alpha=0.8), dict(marker="o", ms=3)
+    for prefix, name, ylabel, title, style in (
+        ("digits-mixture", "mixture.png", "test log p(x) per image (exact)",
+         "Bernoulli mixture of the digits, one line per seed: examples/results/digits-mixture-*.json", seeds),
+        ("iris-gmm", "gmm.png", "log p(x | globals at the guide's median) per flower",
+         "Gaussian mixture of the Iris flowers, one line per seed: examples/results/iris-gmm-*.json", seeds),
+        ("digits-hmm", "hmm.png", "test log p(x) per image (exact)",
+         "Hidden Markov model of the digits' rows: examples/results/digits-hmm-*.json", runs),
     ):
         fig, (ax,) = _figure(1, 9, 4.5)
-        _plot_runs(ax, _rows(results, prefix), training, training_colors, lw=1, alpha=0.8)
-        _finish(ax, f"{title}, one line per seed: examples/results/{prefix}-*.json", ylabel)
+        _plot_runs(ax, _rows(results, prefix), training, training_colors, **style)
+        _finish(ax, title, ylabel)
         fig.tight_layout()
         _legend(fig, training_colors, 4)
         _save(fig, name)
-
-    fig, (ax,) = _figure(1, 9, 4.5)
-    _plot_runs(ax, _rows(results, "digits-hmm"), training, training_colors, marker="o", ms=3)
-    _finish(ax, "Hidden Markov model of the digits' rows: examples/results/digits-hmm-*.json", "test log p(x) per image (exact)")
-    fig.tight_layout()
-    _legend(fig, training_colors, 4)
-    _save(fig, "hmm.png")
 
     def strength(m):
         return f"lambda = {m['l0']:g}"
