@@ -19,7 +19,7 @@ from concrete_common.messages import infinite_density_message
 
 from . import _numerics
 from . import constraints as concrete_constraints
-from ._carry import carry
+from ._carry import carry, show
 from ._checks import ArrayLike, promote_params, validation_enabled
 from .limits import Bernoulli, ExpOneHotCategorical, LogitBernoulli, OneHotCategorical
 
@@ -172,7 +172,7 @@ class Concrete(_NaryConcrete):
         return self._show(self._sample_coordinates(sample_shape))
 
     def _show(self, y):
-        return carry.attach(torch.exp(y), y, Kind.LOG)
+        return show(y, Kind.LOG)
 
     @staticmethod
     def _indicator(hard):
@@ -290,7 +290,7 @@ class BinConcrete(_BinaryConcrete):
         return self._show(self._sample_coordinates(sample_shape))
 
     def _show(self, y):
-        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
+        return show(y, Kind.LOGIT)
 
     @staticmethod
     def _indicator(hard):
@@ -314,7 +314,7 @@ class BinConcrete(_BinaryConcrete):
 
     def icdf(self, value: Tensor) -> Tensor:
         y = (self.logits + _numerics.logit(value)) / self.temperature
-        return carry.attach(torch.sigmoid(y), y, Kind.LOGIT)
+        return show(y, Kind.LOGIT)
 
     def discrete(self) -> Bernoulli:
         """The zero-temperature limit (Prop. 2c) on the same sample space: a {0, 1} Bernoulli."""

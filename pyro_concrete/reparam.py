@@ -12,7 +12,6 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
 
 from typing import Optional
 
-import torch
 from pyro import distributions as dist
 from pyro import sample
 from pyro.infer.reparam.reparam import Reparam, ReparamMessage, ReparamResult
@@ -20,7 +19,7 @@ from pyro.infer.reparam.reparam import Reparam, ReparamMessage, ReparamResult
 from concrete_common.kinds import Kind
 
 from . import _numerics
-from ._carry import carry
+from ._carry import carry, show
 from .distributions import BinConcrete, Concrete
 
 __all__ = ["LogSpaceReparam", "log_space_config"]
@@ -33,9 +32,9 @@ class LogSpaceReparam(Reparam):
         name, fn, value, is_observed = msg["name"], msg["fn"], msg["value"], msg["is_observed"]
         fn, event_dim = self._unwrap(fn)
         if type(fn) is Concrete:  # not the straight-through subclasses, whose values are discrete
-            suffix, kind, show, coordinates = "log", Kind.LOG, torch.exp, _numerics.log
+            suffix, kind, coordinates = "log", Kind.LOG, _numerics.log
         elif type(fn) is BinConcrete:
-            suffix, kind, show, coordinates = "logit", Kind.LOGIT, torch.sigmoid, _numerics.logit
+            suffix, kind, coordinates = "logit", Kind.LOGIT, _numerics.logit
         else:
             raise ValueError(
                 f"LogSpaceReparam: site {name!r} holds {type(fn).__name__}, not Concrete or BinConcrete "
@@ -48,7 +47,7 @@ class LogSpaceReparam(Reparam):
             y = coordinates(value) if y is None else y
         y = sample(f"{name}_{suffix}", self._wrap(fn.log_space(), event_dim), obs=y, infer={"is_observed": bool(is_observed)})
         if value is None:
-            value = carry.attach(show(y), y, kind)
+            value = show(y, kind)
         # a pyro.deterministic() site
         return {"fn": dist.Delta(value, event_dim=event_dim).mask(False), "value": value, "is_observed": True}
 

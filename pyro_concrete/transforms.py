@@ -7,7 +7,6 @@ exact log coordinates (see ``_carry``), so the model scores an autoguide's value
 it underflows.
 """
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.distributions import biject_to, constraints, transform_to
@@ -16,7 +15,7 @@ from torch.distributions.transforms import Transform
 from concrete_common.kinds import Kind
 
 from . import constraints as concrete_constraints
-from ._carry import carry
+from ._carry import carry, show
 from ._numerics import log, log_softmax, logit
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
@@ -69,7 +68,7 @@ class SimplexTransform(_VectorTransform):
 
     def _call(self, u):
         y = _log_softmax_padded(u)
-        return carry.attach(torch.exp(y), y, Kind.LOG)
+        return show(y, Kind.LOG)
 
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOG,))
@@ -98,7 +97,7 @@ class UnitIntervalTransform(Transform):
         return type(self) is type(other)
 
     def _call(self, u):
-        return carry.attach(torch.sigmoid(u), u, Kind.LOGIT)
+        return show(u, Kind.LOGIT)
 
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOGIT,))

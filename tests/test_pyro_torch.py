@@ -229,6 +229,155 @@ def test_a_detached_alias_that_requires_grad_sends_no_gradient_to_the_sampler():
     torch.testing.assert_close(by_logits, leaf_logits, rtol=1e-9, atol=1e-9)  # the density's own dependence only
 
 
+def _scored_sample(name, temperature=0.7, dtype=torch.float64):
+    """(logits, d, z, y, through_y, leaf_gradient): a sample z of d, its carried coordinates y, the
+    gradient of log_prob with respect to the logits computed through y alone, and the gradient with
+    respect to the sample computed at a leaf copy of it (scored from its values)."""
+    from pyro_concrete import _carry, _numerics
+
+    logits = torch.randn(40, 6, dtype=dtype, generator=torch.Generator().manual_seed(3)).requires_grad_()
+    d = getattr(pc, name)(temperature, logits=logits)
+    z = d.rsample()
+    y = _carry.carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
+    density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
+    (through_y,) = torch.autograd.grad(density(y, d.logits, d.temperature).sum(), logits, retain_graph=True)
+    leaf = z.detach().clone().requires_grad_()
+    (leaf_gradient,) = torch.autograd.grad(d.log_prob(leaf).sum(), leaf)
+    return logits, d, z, y, through_y, leaf_gradient
+
+
+def _backward(logits, d, z):
+    d.log_prob(z).sum().backward()
+    return logits.grad, None
+
+
+def _grad_of_both(logits, d, z):
+    return torch.autograd.grad(d.log_prob(z).sum(), [logits, z])
+
+
+def _retain_grad(logits, d, z):
+    z.retain_grad()
+    d.log_prob(z).sum().backward()
+    return logits.grad, z.grad
+
+
+def _twice(logits, d, z):
+    scored = d.log_prob(z).sum()
+    scored.backward(retain_graph=True)
+    first, logits.grad = logits.grad, None
+    scored.backward()
+    torch.testing.assert_close(logits.grad, first, rtol=0, atol=0)
+    return first, None
+
+
+def _hook_in_place(logits, d, z):
+    z.register_hook(lambda grad: grad.mul_(1.0))  # a hook that writes into the gradient (same values)
+    d.log_prob(z).sum().backward()
+    return logits.grad, None
+
+
+@pytest.mark.parametrize("ask", [_backward, _grad_of_both, _retain_grad, _twice, _hook_in_place])
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_every_way_of_asking_for_the_gradient_of_log_prob_of_rsample_gets_the_same_numbers(name, ask):
+    """``d.log_prob(d.rsample())``: whether the gradient is asked for by ``backward``, by
+    ``autograd.grad`` of the logits and the sample together, with the sample's gradient retained,
+    twice on a retained graph, or through a hook on the sample, the logits' gradient is the one through
+    the carried coordinates and the sample's that of a leaf copy. (The sampler hands the gradient a
+    link sent to the sample straight back to the coordinates when nothing else reached the sample:
+    bitwise then.)"""
+    logits, d, z, y, through_y, leaf_gradient = _scored_sample(name)
+    by_logits, by_sample = ask(logits, d, z)
+    exact = ask in (_backward, _twice)
+    torch.testing.assert_close(by_logits, through_y, rtol=0 if exact else 1e-12, atol=0 if exact else 1e-12)
+    if by_sample is not None:
+        torch.testing.assert_close(by_sample, leaf_gradient, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_a_sample_also_used_elsewhere_gets_both_gradients(name):
+    """The sample scored and fed to a decoder: the gradient with respect to the logits is that of the
+    same loss written on the coordinates."""
+    logits, d, z, y, through_y, leaf_gradient = _scored_sample(name)
+    from pyro_concrete import _numerics
+
+    weights = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    show = torch.exp if name == "Concrete" else torch.sigmoid
+    density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
+    (expected,) = torch.autograd.grad(density(y, d.logits, d.temperature).sum() + (show(y) * weights).sum(), logits, retain_graph=True)
+    (by_logits,) = torch.autograd.grad(d.log_prob(z).sum() + (z * weights).sum(), logits)
+    torch.testing.assert_close(by_logits, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("temperature, dtype", [(0.7, torch.float64), (0.05, torch.float32)], ids=["interior", "underflowed"])
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_second_derivatives_of_log_prob_of_rsample_are_those_through_the_coordinates(name, temperature, dtype):
+    """``create_graph=True`` (Hessian-vector products, gradient penalties): the gradient of the squared
+    gradient with respect to the logits equals that of the density written on the carried
+    coordinates, also where the sample underflowed (T = 0.05, float32, scored by two densities)."""
+    from pyro_concrete import _carry, _numerics
+
+    logits = (10 * torch.randn(40, 6, generator=torch.Generator().manual_seed(5))).to(dtype).requires_grad_()
+    d = getattr(pc, name)(temperature, logits=logits)
+    other = getattr(pc, name)(2 * temperature, logits=logits / 2)
+    z = d.rsample()
+    y = _carry.carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
+    if dtype == torch.float32:
+        x = torch.exp(y) if name == "Concrete" else torch.sigmoid(y)
+        assert ((x == 0) | (x == 1)).any()
+    density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
+
+    def second(scored):
+        (first,) = torch.autograd.grad(scored, logits, create_graph=True, retain_graph=True)
+        return torch.autograd.grad((first**2).sum(), logits, retain_graph=True)[0]
+
+    expected = second(density(y, d.logits, d.temperature).sum() + density(y, other.logits, other.temperature).sum())
+    by_sample = second(d.log_prob(z).sum() + other.log_prob(z).sum())
+    tolerance = 1e-10 if dtype == torch.float64 else 1e-4
+    torch.testing.assert_close(by_sample, expected, rtol=tolerance, atol=tolerance * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_forward_mode_derivatives_of_log_prob_and_rsample(name):
+    """``torch.autograd.forward_ad`` and ``torch.func``: the tangent of ``log_prob(rsample())`` in the
+    logits equals the reverse-mode gradient's projection; a dual made from the sample, or from a
+    detached alias of it, has the tangent of a leaf copy; jvp and jacrev of rsample agree with central
+    differences (float64)."""
+    import torch.autograd.forward_ad as fwAD
+
+    generator = torch.Generator().manual_seed(6)
+    a, direction = torch.randn(2, 3, 6, dtype=torch.float64, generator=generator)
+
+    def scored(a):
+        torch.manual_seed(7)
+        d = getattr(pc, name)(0.6, logits=a)
+        return d.log_prob(d.rsample()).sum()
+
+    def sample(a):
+        torch.manual_seed(7)
+        return getattr(pc, name)(0.6, logits=a, validate_args=False).rsample()
+
+    leaf = a.clone().requires_grad_()
+    scored(leaf).backward()
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(scored(fwAD.make_dual(a, direction))).tangent
+    torch.testing.assert_close(tangent, (leaf.grad * direction).sum(), rtol=1e-10, atol=1e-10)
+
+    d = getattr(pc, name)(0.6, logits=a)
+    z = d.rsample()
+    copy = z.detach().clone()
+    with fwAD.dual_level():
+        expected = fwAD.unpack_dual(d.log_prob(fwAD.make_dual(copy, direction))).tangent
+        for value in (z, z.detach()):
+            got = fwAD.unpack_dual(d.log_prob(fwAD.make_dual(value, direction))).tangent
+            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+    central = (sample(a + 1e-6 * direction) - sample(a - 1e-6 * direction)) / 2e-6
+    _, jvp = torch.func.jvp(sample, (a,), (direction,))
+    torch.testing.assert_close(jvp, central, rtol=1e-6, atol=1e-8)
+    jacobian = torch.func.jacrev(sample)(a)
+    torch.testing.assert_close(torch.einsum("ijkl,kl->ij", jacobian, direction), central, rtol=1e-6, atol=1e-8)
+
+
 # ----------------------------------------------------------------------------- Pyro's generic machinery
 
 
