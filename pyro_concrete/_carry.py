@@ -260,9 +260,10 @@ class _Link(torch.autograd.Function):
             return None, None, None, None, None
         slope = _slope(ctx)
         gx, whole = _carried_part(g, slope)
+        if ctx.shown is not None and not torch.is_grad_enabled():
+            _offer(ctx.shown, gx, g, None if whole else slope)  # the sampler's _Show hands y the rest
+            return gx, None, None, None, None
         if whole:  # all of g reaches y through x (g dy/dx dx/dy = g)
-            if ctx.shown is not None and not torch.is_grad_enabled():
-                _offer(ctx.shown, gx, g)
             return gx, None, None, None, None
         # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing and the
         # rest of g goes to y directly
@@ -287,12 +288,15 @@ def _carried_part(numerator, slope):
     = NaN; entries beyond it go to y directly, as do the masked entries, which divide by 1 so that
     their derivatives are 0."""
     quotient = numerator / slope
-    second_order = torch.is_grad_enabled()
-    if numerator.numel() == 0 or (_bounded(quotient) and not (second_order and not _bounded(quotient / slope))):
+    if not torch.is_grad_enabled():
+        if numerator.numel() == 0 or _bounded(quotient):
+            return quotient, True
+        quotient = torch.nan_to_num(quotient, nan=0.0, posinf=0.0, neginf=0.0)
+        return (quotient if _bounded(quotient) else torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)), False
+    if numerator.numel() == 0 or (_bounded(quotient) and _bounded(quotient / slope)):
         return quotient, True
-    keep = quotient.detach().abs() <= _bound(quotient)  # False where NaN
-    if second_order:
-        keep &= (quotient.detach() / slope.detach()).abs() <= _bound(quotient)
+    bound = _bound(quotient)
+    keep = (quotient.detach().abs() <= bound) & ((quotient.detach() / slope.detach()).abs() <= bound)  # False at NaN
     return torch.where(keep, numerator / torch.where(keep, slope, 1.0), 0.0), False
 
 
@@ -308,10 +312,15 @@ def _slope(ctx):
 
 
 class _Show(torch.autograd.Function):
-    """``x = exp(y)`` (``sigmoid(y)``) with torch's gradient, ``grad * dx/dy``, except where the only
-    gradient reaching ``x`` is the one a :class:`_Link` sent it, unchanged: that gradient is
-    ``g dy/dx`` for the ``g`` the link received, and ``g`` itself is the gradient with respect to
-    ``y``, exact and already in memory. ``d.log_prob(d.rsample())`` then costs one pass less."""
+    """``x = exp(y)`` (``sigmoid(y)``), the sample, with torch's gradient ``grad * dx/dy``, and the
+    receiver of what the links scoring it leave to y (:func:`_offer`): a link that scores the
+    sample itself sends x ``gx = g dy/dx`` where that is finite, and hands its ``g`` (and, where x
+    underflowed, the slope with which it split g) to this node rather than returning the rest to y.
+    If the only gradient reaching x is one link's ``gx``, unchanged, the gradient with respect to y
+    is that link's ``g``, exact and already in memory: ``d.log_prob(d.rsample())`` costs no pass
+    through x. Otherwise ``grad * dx/dy`` plus each link's rest, ``g - gx * slope``. The rest reaches
+    y only through this node; that loses nothing, since y's gradient is wanted exactly when this
+    node runs: its one input is y."""
 
     generate_vmap_rule = True
 
@@ -322,19 +331,24 @@ class _Show(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.logit = inputs[1]
-        ctx.offered = None
+        ctx.offers = []
         ctx.save_for_backward(output)
         ctx.save_for_forward(output)
 
     @staticmethod
     def backward(ctx, grad):
-        offered, ctx.offered = ctx.offered, None
-        if offered is not None:
-            gx, gx_version, g, g_version = offered
-            if grad is gx and gx._version == gx_version and g._version == g_version and not torch.is_grad_enabled():
-                return g, None
+        offers, ctx.offers = ctx.offers, []
+        for gx, gx_version, g, g_version, slope in offers:
+            if g._version != g_version or (slope is not None and slope._version != slope._version_at_offer):
+                raise RuntimeError("a gradient handed over by log_prob was modified in place during the backward pass")
+        if len(offers) == 1 and grad is offers[0][0] and grad._version == offers[0][1]:
+            return offers[0][2], None
         (x,) = ctx.saved_tensors
-        return (torch.ops.aten.sigmoid_backward(grad, x) if ctx.logit else grad * x), None
+        grad_y = torch.ops.aten.sigmoid_backward(grad, x) if ctx.logit else grad * x
+        for gx, _, g, _, slope in offers:
+            if slope is not None:
+                grad_y = grad_y + torch.addcmul(g, gx, slope, value=-1)
+        return grad_y, None
 
     @staticmethod
     def jvp(ctx, y_dot, _):
@@ -342,10 +356,14 @@ class _Show(torch.autograd.Function):
         return y_dot * x * (1 - x) if ctx.logit else y_dot * x
 
 
-def _offer(shown, gx, g):
-    """Tell the sample's :class:`_Show` node that ``gx`` is ``g dy/dx`` (until this backward pass ends)."""
-    shown.offered = (gx, gx._version, g, g._version)
-    torch.autograd.Variable._execution_engine.queue_callback(lambda: setattr(shown, "offered", None))
+def _offer(shown, gx, g, slope):
+    """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx`` and its ``g`` (and the slope,
+    where the link split g), for this backward pass."""
+    if not shown.offers:
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: shown.offers.clear())
+    if slope is not None:
+        slope._version_at_offer = slope._version
+    shown.offers.append((gx, gx._version, g, g._version, slope))
 
 
 def _bound(t):

@@ -229,39 +229,57 @@ def test_a_detached_alias_that_requires_grad_sends_no_gradient_to_the_sampler():
     torch.testing.assert_close(by_logits, leaf_logits, rtol=1e-9, atol=1e-9)  # the density's own dependence only
 
 
-def _scored_sample(name, temperature=0.7, dtype=torch.float64):
+def _scored_sample(name, underflowed=False):
     """(logits, d, z, y, through_y, leaf_gradient): a sample z of d, its carried coordinates y, the
     gradient of log_prob with respect to the logits computed through y alone, and the gradient with
-    respect to the sample computed at a leaf copy of it (scored from its values)."""
+    respect to the sample computed at a leaf copy of it (scored from its values; None where the
+    sample underflowed: T = 0.05, float32, logits over ±50, where each link splits its gradient)."""
     from pyro_concrete import _carry, _numerics
 
-    logits = torch.randn(40, 6, dtype=dtype, generator=torch.Generator().manual_seed(3)).requires_grad_()
-    d = getattr(pc, name)(temperature, logits=logits)
+    logits = torch.randn(40, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    if underflowed:
+        logits = (20 * logits).float()
+    logits.requires_grad_()
+    d = getattr(pc, name)(0.05 if underflowed else 0.7, logits=logits)
     z = d.rsample()
     y = _carry.carry.recall(z, ("log",) if name == "Concrete" else ("logit",))
+    if underflowed:
+        x = torch.exp(y) if name == "Concrete" else torch.sigmoid(y)
+        assert ((x == 0) | (x == 1)).any()
     density = _numerics.concrete_log_prob if name == "Concrete" else _numerics.bin_concrete_log_prob
     (through_y,) = torch.autograd.grad(density(y, d.logits, d.temperature).sum(), logits, retain_graph=True)
+    if underflowed:
+        return logits, d, z, y, through_y, None
     leaf = z.detach().clone().requires_grad_()
     (leaf_gradient,) = torch.autograd.grad(d.log_prob(leaf).sum(), leaf)
     return logits, d, z, y, through_y, leaf_gradient
 
 
-def _backward(logits, d, z):
+def _backward(logits, d, z, y):
     d.log_prob(z).sum().backward()
     return logits.grad, None
 
 
-def _grad_of_both(logits, d, z):
+def _grad_of_both(logits, d, z, y):
     return torch.autograd.grad(d.log_prob(z).sum(), [logits, z])
 
 
-def _retain_grad(logits, d, z):
+def _grad_of_the_coordinates(logits, d, z, y):
+    """The gradient with respect to the carried coordinates alone, mapped to the logits by the
+    sampler's own graph: it reaches y only through the sample's node, which must hand it over whole."""
+    (by_y,) = torch.autograd.grad(d.log_prob(z).sum(), y, retain_graph=True)
+    (mapped,) = torch.autograd.grad(y, logits, by_y)
+    (direct,) = torch.autograd.grad(d.log_prob(z.detach()).sum(), logits)  # the density's own dependence
+    return mapped + direct, None
+
+
+def _retain_grad(logits, d, z, y):
     z.retain_grad()
     d.log_prob(z).sum().backward()
     return logits.grad, z.grad
 
 
-def _twice(logits, d, z):
+def _twice(logits, d, z, y):
     scored = d.log_prob(z).sum()
     scored.backward(retain_graph=True)
     first, logits.grad = logits.grad, None
@@ -270,34 +288,38 @@ def _twice(logits, d, z):
     return first, None
 
 
-def _hook_in_place(logits, d, z):
+def _hook_in_place(logits, d, z, y):
     z.register_hook(lambda grad: grad.mul_(1.0))  # a hook that writes into the gradient (same values)
     d.log_prob(z).sum().backward()
     return logits.grad, None
 
 
-@pytest.mark.parametrize("ask", [_backward, _grad_of_both, _retain_grad, _twice, _hook_in_place])
+@pytest.mark.parametrize("underflowed", [False, True], ids=["interior", "underflowed"])
+@pytest.mark.parametrize("ask", [_backward, _grad_of_both, _grad_of_the_coordinates, _retain_grad, _twice, _hook_in_place])
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
-def test_every_way_of_asking_for_the_gradient_of_log_prob_of_rsample_gets_the_same_numbers(name, ask):
+def test_every_way_of_asking_for_the_gradient_of_log_prob_of_rsample_gets_the_same_numbers(name, ask, underflowed):
     """``d.log_prob(d.rsample())``: whether the gradient is asked for by ``backward``, by
-    ``autograd.grad`` of the logits and the sample together, with the sample's gradient retained,
-    twice on a retained graph, or through a hook on the sample, the logits' gradient is the one through
-    the carried coordinates and the sample's that of a leaf copy. (The sampler hands the gradient a
-    link sent to the sample straight back to the coordinates when nothing else reached the sample:
-    bitwise then.)"""
-    logits, d, z, y, through_y, leaf_gradient = _scored_sample(name)
-    by_logits, by_sample = ask(logits, d, z)
+    ``autograd.grad`` of the logits and the sample together or of the coordinates alone, with the
+    sample's gradient retained, twice on a retained graph, or through a hook on the sample, the
+    logits' gradient is the one through the carried coordinates, and the sample's that of a leaf
+    copy (finite where the sample underflowed). When nothing but the density reached the sample, the
+    sampler hands the coordinates the gradient the density gave them: bitwise then."""
+    logits, d, z, y, through_y, leaf_gradient = _scored_sample(name, underflowed)
+    by_logits, by_sample = ask(logits, d, z, y)
     exact = ask in (_backward, _twice)
-    torch.testing.assert_close(by_logits, through_y, rtol=0 if exact else 1e-12, atol=0 if exact else 1e-12)
+    tolerance = 0 if exact else 1e-12 if not underflowed else 1e-5
+    torch.testing.assert_close(by_logits, through_y, rtol=tolerance, atol=tolerance * through_y.abs().max().item())
     if by_sample is not None:
-        torch.testing.assert_close(by_sample, leaf_gradient, rtol=1e-9, atol=1e-9)
+        assert torch.isfinite(by_sample).all()
+        if leaf_gradient is not None:
+            torch.testing.assert_close(by_sample, leaf_gradient, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_a_sample_also_used_elsewhere_gets_both_gradients(name):
     """The sample scored and fed to a decoder: the gradient with respect to the logits is that of the
     same loss written on the coordinates."""
-    logits, d, z, y, through_y, leaf_gradient = _scored_sample(name)
+    logits, d, z, y, _, _ = _scored_sample(name)
     from pyro_concrete import _numerics
 
     weights = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
