@@ -138,7 +138,10 @@ class Carry:
         if not (value.requires_grad and torch.is_grad_enabled()) and _tangent(value) is None:
             return y  # no derivative with respect to the value can be asked for
         relaxed = None if entry.kind.straight_through else value
-        shown = sample.grad_fn if value is sample and isinstance(sample.grad_fn, _Show._backward_cls) else None
+        # the sampler's node, to hand the gradient to; not under torch.jit.trace, whose graph would
+        # keep the node of the sample drawn while tracing as a constant
+        shown = sample.grad_fn if value is sample and not torch.jit.is_tracing() else None
+        shown = shown if isinstance(shown, _Show._backward_cls) else None
         return _Link.apply(value, y, relaxed, entry.kind.binary, shown)
 
     @quiet_under_trace
@@ -240,11 +243,13 @@ def _connected(value, sample):
 class _Link(torch.autograd.Function):
     """The coordinates y in the forward pass. In the backward pass the gradient g with respect to y
     is split: the part the value x can carry, ``g dy/dx`` where that is finite, goes to x, and the
-    rest to y directly, so that ``torch.autograd.grad(log_prob, x)`` reaches the sample while the
-    sampler's parameters still receive exactly g through y (through x and its exp/sigmoid, plus
-    directly), also where x underflowed to 0 or 1 and dy/dx is infinite. Under ``create_graph`` the
-    split is differentiable (dy/dx is computed from x itself). In forward mode the tangent is y's
-    own where the value is the sample, else the value's times dy/dx."""
+    rest to y, so that ``torch.autograd.grad(log_prob, x)`` reaches the sample while the sampler's
+    parameters still receive exactly g through y (through x and its exp/sigmoid, plus the rest),
+    also where x underflowed to 0 or 1 and dy/dx is infinite. Where the value is the sample itself,
+    g and the rest are handed to the sampler's :class:`_Show` node instead of y (which then needs no
+    pass through x when nothing else reached it). Under ``create_graph`` the split is differentiable
+    (dy/dx is computed from x itself) and goes to y directly. In forward mode the tangent is y's own
+    where the value is the sample, else the value's times dy/dx."""
 
     @staticmethod
     def forward(ctx, value, y, relaxed, logit, shown):
@@ -337,15 +342,17 @@ class _Show(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        offers, ctx.offers = ctx.offers, []
-        for gx, gx_version, g, g_version, slope in offers:
-            if g._version != g_version or (slope is not None and slope._version != slope._version_at_offer):
+        task = torch._C._current_graph_task_id()
+        offers = [offer[1:] for offer in ctx.offers if offer[0] == task]  # not a failed pass's
+        ctx.offers = []
+        for _, _, g, g_version, slope, slope_version in offers:
+            if g._version != g_version or (slope is not None and slope._version != slope_version):
                 raise RuntimeError("a gradient handed over by log_prob was modified in place during the backward pass")
         if len(offers) == 1 and grad is offers[0][0] and grad._version == offers[0][1]:
             return offers[0][2], None
         (x,) = ctx.saved_tensors
         grad_y = torch.ops.aten.sigmoid_backward(grad, x) if ctx.logit else grad * x
-        for gx, _, g, _, slope in offers:
+        for gx, _, g, _, slope, _ in offers:
             if slope is not None:
                 grad_y = grad_y + torch.addcmul(g, gx, slope, value=-1)
         return grad_y, None
@@ -358,12 +365,12 @@ class _Show(torch.autograd.Function):
 
 def _offer(shown, gx, g, slope):
     """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx`` and its ``g`` (and the slope,
-    where the link split g), for this backward pass."""
-    if not shown.offers:
-        torch.autograd.Variable._execution_engine.queue_callback(lambda: shown.offers.clear())
-    if slope is not None:
-        slope._version_at_offer = slope._version
-    shown.offers.append((gx, gx._version, g, g._version, slope))
+    where the link split g) for this backward pass, with their version counters; they are dropped
+    when the pass ends (or, if it failed, ignored by the next one)."""
+    task = torch._C._current_graph_task_id()
+    shown.offers = [offer for offer in shown.offers if offer[0] == task]
+    shown.offers.append((task, gx, gx._version, g, g._version, slope, None if slope is None else slope._version))
+    torch.autograd.Variable._execution_engine.queue_callback(lambda: setattr(shown, "offers", []))
 
 
 def _bound(t):

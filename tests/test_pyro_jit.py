@@ -62,6 +62,40 @@ def test_compiled_loss_and_gradients_equal_the_eager_ones_at_every_call(eager_cl
     assert jit.loss(*fns, x) == pytest.approx(_loss_and_grads(jit, fns, x, 0)[0].item(), rel=1e-6)
 
 
+def _cold_model(x):
+    w = pyro.param("w", torch.tensor([30.0, -20.0, 5.0]))
+    with pyro.plate("data", x.shape[0]):
+        z = pyro.sample("z", pc.Concrete(0.05, logits=w))
+        b = pyro.sample("b", pc.BinConcrete(0.05, logits=w[:2]).to_event(1))
+        pyro.sample("x", dist.Normal(z @ torch.tensor([1.0, -1.0, 2.0]) + b.sum(-1), 1.0), obs=x)
+
+
+def _cold_guide(x):
+    a, c = pyro.param("a", torch.tensor([25.0, -30.0, 0.0])), pyro.param("c", torch.tensor(0.7))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("z", pc.Concrete(0.1, logits=a + c * x[:, None]))
+        pyro.sample("b", pc.BinConcrete(0.1, logits=a[:2] + c * x[:, None]).to_event(1))
+
+
+def test_a_compiled_loss_scoring_underflowed_samples_has_the_eager_gradients():
+    """No reparametrization, T = 0.05 / 0.1, logits up to ±30: the samples underflow to exact 0 and
+    1, so the model's densities split their gradients between the sample and its coordinates. The
+    compiled loss replays the graph traced at its first call: it must not keep that call's sample
+    (its node) as a constant, and its gradients equal the eager loss's at every call."""
+    pyro.clear_param_store()
+    x = torch.linspace(-2.0, 3.0, 7)
+    eager = pc.ImportanceWeightedELBO(num_particles=3, plate="data")
+    jit = pc.JitImportanceWeightedELBO(num_particles=3, plate="data", ignore_jit_warnings=True)
+    fns = (_cold_model, _cold_guide)
+    for loss in (eager, jit):
+        loss.differentiable_loss(*fns, x)
+    for seed in range(3):
+        (value, grads), (jit_value, jit_grads) = (_loss_and_grads(loss, fns, x, seed) for loss in (eager, jit))
+        assert torch.allclose(jit_value, value, rtol=1e-5, atol=1e-5), (seed, jit_value, value)
+        for g, jit_g in zip(grads, jit_grads):
+            assert torch.isfinite(g).all() and torch.allclose(jit_g, g, rtol=1e-4, atol=1e-4), (seed, jit_g, g)
+
+
 def test_jit_vimco_needs_two_particles():
     with pytest.raises(ValueError, match="num_particles must be an integer >= 2"):
         pc.JitVIMCO(num_particles=1)

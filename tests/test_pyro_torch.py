@@ -316,6 +316,26 @@ def test_every_way_of_asking_for_the_gradient_of_log_prob_of_rsample_gets_the_sa
 
 
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_a_backward_pass_that_failed_midway_leaves_nothing_behind(name):
+    """A hook on the sample raises after the density's link handed its gradient over to the sampler;
+    the next pass over the same graph (a hook on the sample makes the sampler add the handed-over
+    rests) gets the gradient through the coordinates, not the failed pass's leftovers added to it."""
+    logits, d, z, y, through_y, _ = _scored_sample(name, underflowed=True)
+    scored = d.log_prob(z).sum()
+
+    def fail(grad):
+        raise ValueError("a failing hook")
+
+    handle = z.register_hook(fail)
+    with pytest.raises(ValueError, match="a failing hook"):
+        scored.backward(retain_graph=True)
+    handle.remove()
+    z.register_hook(lambda grad: 1.0 * grad)
+    scored.backward()
+    torch.testing.assert_close(logits.grad, through_y, rtol=1e-5, atol=1e-5 * through_y.abs().max().item())
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_a_sample_also_used_elsewhere_gets_both_gradients(name):
     """The sample scored and fed to a decoder: the gradient with respect to the logits is that of the
     same loss written on the coordinates."""
