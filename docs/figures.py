@@ -81,7 +81,8 @@ def list_table(caption, header, rows, source):
 
 def markdown_tables(path):
     """The Markdown tables of a bench output: [(context, header, rows)], ``context`` the last line
-    before the table that is neither a table row nor empty (a section name such as ``numpyro``)."""
+    before the table that is neither a table row nor empty (a section name such as ``numpyro``); a
+    ``#`` line between two rows is a note inside the table."""
     tables, context, current = [], "", None
     with open(path) as f:
         for raw in f:
@@ -93,6 +94,8 @@ def markdown_tables(path):
                     tables.append(current)
                 elif not all(set(c) <= set("-: ") for c in cells):
                     current[2].append(cells)
+            elif current is not None and line.startswith("#"):
+                continue  # a note printed inside a table (bench.kernels' retried validation errors)
             else:
                 current = None
                 if line.strip():
@@ -223,7 +226,7 @@ def kernels_table():
         "d.log_prob(d.rsample()).sum() with its gradient, over the floor (the same math written by hand) of the same "
         "framework: min-max over the cells (3 workloads x 4 distributions)",
         ["backend", "contestant", "fwd+grad / floor", "cells"], rows,
-        "``bench/results/kernels.txt``, printed by ``python -m bench.kernels``"))
+        "``bench/results/kernels.txt``, printed by ``python -m bench.kernels --repetitions 15``"))
 
 
 def svi_table():
