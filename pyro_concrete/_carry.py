@@ -136,7 +136,7 @@ class Carry:
         if not _connected(value, sample):
             y = y.detach()
         if not (value.requires_grad and torch.is_grad_enabled()) and _tangent(value) is None:
-            return y  # no derivative with respect to the value can be asked for
+            return y.detach()  # no derivative with respect to the value can be asked for
         relaxed = None if entry.kind.straight_through else value
         # the sampler's node, to hand the gradient to; not under torch.jit.trace, whose graph would
         # keep the node of the sample drawn while tracing as a constant
@@ -265,14 +265,13 @@ class _Link(torch.autograd.Function):
             return None, None, None, None, None
         slope = _slope(ctx)
         gx, whole = _carried_part(g, slope)
-        if ctx.shown is not None and not torch.is_grad_enabled():
-            _offer(ctx.shown, gx, g, None if whole else slope)  # the sampler's _Show hands y the rest
-            return gx, None, None, None, None
-        if whole:  # all of g reaches y through x (g dy/dx dx/dy = g)
-            return gx, None, None, None, None
         # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing and the
-        # rest of g goes to y directly
-        return gx, torch.addcmul(g, gx, slope, value=-1), None, None, None
+        # rest of g goes to y
+        rest = None if whole else torch.addcmul(g, gx, slope, value=-1)
+        if ctx.shown is not None and not torch.is_grad_enabled():
+            _offer(ctx.shown, gx, g, rest)  # the sampler's _Show hands y the rest
+            return gx, None, None, None, None
+        return gx, rest, None, None, None
 
     @staticmethod
     def jvp(ctx, value_dot, y_dot, *_):
@@ -320,10 +319,10 @@ class _Show(torch.autograd.Function):
     """``x = exp(y)`` (``sigmoid(y)``), the sample, with torch's gradient ``grad * dx/dy``, and the
     receiver of what the links scoring it leave to y (:func:`_offer`): a link that scores the
     sample itself sends x ``gx = g dy/dx`` where that is finite, and hands its ``g`` (and, where x
-    underflowed, the slope with which it split g) to this node rather than returning the rest to y.
+    underflowed, the rest of g that x does not carry) to this node rather than returning the rest to y.
     If the only gradient reaching x is one link's ``gx``, unchanged, the gradient with respect to y
     is that link's ``g``, exact and already in memory: ``d.log_prob(d.rsample())`` costs no pass
-    through x. Otherwise ``grad * dx/dy`` plus each link's rest, ``g - gx * slope``. The rest reaches
+    through x. Otherwise ``grad * dx/dy`` plus each link's rest, ``g - gx * dx/dy``. The rest reaches
     y only through this node; that loses nothing, since y's gradient is wanted exactly when this
     node runs: its one input is y."""
 
@@ -336,25 +335,23 @@ class _Show(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.logit = inputs[1]
-        ctx.offers = []
+        ctx.offers = {}  # backward pass -> what the links handed over in it
         ctx.save_for_backward(output)
         ctx.save_for_forward(output)
 
     @staticmethod
     def backward(ctx, grad):
-        task = torch._C._current_graph_task_id()
-        offers = [offer[1:] for offer in ctx.offers if offer[0] == task]  # not a failed pass's
-        ctx.offers = []
-        for _, _, g, g_version, slope, slope_version in offers:
-            if g._version != g_version or (slope is not None and slope._version != slope_version):
+        offers = ctx.offers.pop(torch._C._current_graph_task_id(), [])
+        for _, _, g, g_version, rest, rest_version in offers:
+            if g._version != g_version or (rest is not None and rest._version != rest_version):
                 raise RuntimeError("a gradient handed over by log_prob was modified in place during the backward pass")
         if len(offers) == 1 and grad is offers[0][0] and grad._version == offers[0][1]:
             return offers[0][2], None
         (x,) = ctx.saved_tensors
         grad_y = torch.ops.aten.sigmoid_backward(grad, x) if ctx.logit else grad * x
-        for gx, _, g, _, slope, _ in offers:
-            if slope is not None:
-                grad_y = grad_y + torch.addcmul(g, gx, slope, value=-1)
+        for _, _, _, _, rest, _ in offers:
+            if rest is not None:
+                grad_y = grad_y + rest
         return grad_y, None
 
     @staticmethod
@@ -363,14 +360,14 @@ class _Show(torch.autograd.Function):
         return y_dot * x * (1 - x) if ctx.logit else y_dot * x
 
 
-def _offer(shown, gx, g, slope):
-    """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx`` and its ``g`` (and the slope,
-    where the link split g) for this backward pass, with their version counters; they are dropped
-    when the pass ends (or, if it failed, ignored by the next one)."""
-    task = torch._C._current_graph_task_id()
-    shown.offers = [offer for offer in shown.offers if offer[0] == task]
-    shown.offers.append((task, gx, gx._version, g, g._version, slope, None if slope is None else slope._version))
-    torch.autograd.Variable._execution_engine.queue_callback(lambda: setattr(shown, "offers", []))
+def _offer(shown, gx, g, rest):
+    """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx``, its ``g`` and the rest of g
+    that x does not carry (None if none), with their version counters, for this backward pass (keyed
+    by it: nested or concurrent passes over the same graph keep their own); dropped when it ends."""
+    task, offers = torch._C._current_graph_task_id(), shown.offers
+    if task not in offers:
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: offers.pop(task, None))
+    offers.setdefault(task, []).append((gx, gx._version, g, g._version, rest, None if rest is None else rest._version))
 
 
 def _bound(t):

@@ -335,6 +335,89 @@ def test_a_backward_pass_that_failed_midway_leaves_nothing_behind(name):
     torch.testing.assert_close(logits.grad, through_y, rtol=1e-5, atol=1e-5 * through_y.abs().max().item())
 
 
+@pytest.mark.parametrize("underflowed", [False, True], ids=["interior", "underflowed"])
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_a_hook_that_edits_the_samples_gradient_in_place_acts_as_one_that_returns_the_edit(name, underflowed):
+    """``grad.mul_(2)`` / ``grad.clamp_(-1, 1)`` in a hook on the sample: the logits' gradient equals
+    that of the same hook returning a new tensor (the rest a link hands over is computed before any
+    hook sees the gradient)."""
+
+    def with_hook(hook):
+        torch.manual_seed(0)  # the same sample each time
+        logits, d, z, *_ = _scored_sample(name, underflowed)
+        z.register_hook(hook)
+        d.log_prob(z).sum().backward()
+        return logits.grad
+
+    for in_place, returned in ((lambda g: g.mul_(2), lambda g: 2 * g), (lambda g: g.clamp_(-1, 1), lambda g: g.clamp(-1, 1))):
+        expected = with_hook(returned)
+        torch.testing.assert_close(with_hook(in_place), expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
+    assert not torch.allclose(with_hook(lambda g: g.mul_(2)), with_hook(lambda g: None))
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_nested_and_concurrent_backward_passes_over_one_sample_keep_their_own_gradients(name):
+    """A backward pass started inside another (from a hook on the sample) and two threads each
+    differentiating their own score of the sample, one paused between the density and the sampler
+    while the other runs: every pass gets the gradient through the coordinates."""
+    import threading
+
+    logits, d, z, y, through_y, _ = _scored_sample(name, underflowed=True)
+    other = getattr(pc, name)(0.1, logits=logits.detach() / 2)
+    tolerance = {"rtol": 1e-5, "atol": 1e-5 * through_y.abs().max().item()}
+    nested = []
+
+    def start_another_pass(grad):
+        if not nested:  # once: the inner pass reaches this hook too
+            nested.append(None)
+            with torch.enable_grad():
+                nested[0] = torch.autograd.grad(other.log_prob(z).sum(), logits, retain_graph=True)[0]
+
+    handle = z.register_hook(start_another_pass)
+    (outer,) = torch.autograd.grad(d.log_prob(z).sum(), logits, retain_graph=True)
+    handle.remove()
+    torch.testing.assert_close(outer, through_y, **tolerance)
+    assert len(nested) == 1 and torch.isfinite(nested[0]).all()
+
+    first, second = d.log_prob(z).sum(), d.log_prob(z).sum()
+    inside, done, got = threading.Event(), threading.Event(), {}
+
+    def pause_first(grad):
+        if threading.current_thread().name == "first":
+            inside.set()
+            done.wait(10)
+
+    z.register_hook(pause_first)
+
+    def run_first():
+        got["first"] = torch.autograd.grad(first, logits, retain_graph=True)[0]
+
+    def run_second():
+        inside.wait(10)
+        got["second"] = torch.autograd.grad(second, logits, retain_graph=True)[0]
+        done.set()
+
+    threads = [threading.Thread(target=run_first, name="first"), threading.Thread(target=run_second, name="second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for key in ("first", "second"):
+        torch.testing.assert_close(got[key], through_y, **tolerance)
+
+
+def test_a_sample_detached_in_place_sends_no_gradient_to_the_sampler():
+    """``z.detach_()`` makes the sample a constant: its density's gradient with respect to the logits
+    is the density's own dependence on them, not the path through the sampler."""
+    from pyro_concrete import _numerics
+
+    logits, d, z, y, _, _ = _scored_sample("Concrete")
+    z.detach_()
+    (got,) = torch.autograd.grad(d.log_prob(z).sum(), logits)
+    (expected,) = torch.autograd.grad(_numerics.concrete_log_prob(y.detach(), d.logits, d.temperature).sum(), logits)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_a_sample_also_used_elsewhere_gets_both_gradients(name):
     """The sample scored and fed to a decoder: the gradient with respect to the logits is that of the
