@@ -148,6 +148,63 @@ def baseline_value(site, infer):
     return baseline["baseline_value"]
 
 
+def baseline_shape(site, shape, batch_shape):
+    """A baseline must broadcast to the batch shape of its site's log density (one value per element
+    of the site, as Pyro's ``TraceGraph_ELBO`` reads it)."""
+    return ModelError(
+        f"site {site!r}: infer['baseline']['baseline_value'] has shape {tuple(shape)}, which does not broadcast to "
+        f"the site's batch shape {tuple(batch_shape)}: give one baseline per element of the site (or one for all)"
+    )
+
+
+def subsampled_joint_bound(plates):
+    """The bound of m > 1 particles of all observations jointly, with a subsampled plate."""
+    return ModelError(
+        f"plate {plates[0]!r} subsamples its elements, but with plate=None the bound of m > 1 particles is the log of an "
+        "average over the whole data set, which a subsample cannot estimate without bias: name the subsampled plate "
+        f"(plate={plates[0]!r}) for one bound per element, scaled to the data set, or use num_particles=1 (the ELBO)"
+    )
+
+
+def subsampled_inside(plate, other):
+    """The per-element bound of m > 1 particles, with another plate subsampled inside an element."""
+    return ModelError(
+        f"plate {other!r} subsamples its elements inside the elements of plate {plate!r}: the bound of m > 1 particles "
+        f"of an element is the log of an average over the particles, which a subsample of {other!r} cannot estimate "
+        f"without bias; subsample {plate!r} alone, or use num_particles=1 (the ELBO)"
+    )
+
+
+def model_latent_without_rsample(site, distribution, loss):
+    """A latent the guide does not draw, drawn by the model from a prior without a reparameterized
+    sampler: its prior's parameters need a score-function gradient."""
+    return ModelError(
+        f"site {site!r} ({distribution}) is a latent of the model that the guide does not draw, and it has no "
+        f"reparameterized sampler: the gradient of its prior's parameters needs a score-function term, which {loss} "
+        "does not compute; draw it in the guide, or use VIMCO / ScoreFunctionELBO, which give it that term"
+    )
+
+
+def guide_site_without_gradient(site, distribution, loss):
+    """A guide site an estimator of the discrete graph gives no gradient: neither Concrete-family nor
+    reparameterized."""
+    return ModelError(
+        f"guide site {site!r} holds {distribution}, which is neither Concrete-family nor reparameterized: {loss} "
+        "estimates no gradient for it; relax it (a Concrete-family site) or use ScoreFunctionELBO / VIMCO"
+    )
+
+
+def model_only_discrete_latent(site, distribution, loss):
+    """A discrete (Concrete-family or other non-reparameterized) latent of the model that the guide of
+    an estimator of the discrete graph does not draw."""
+    return ModelError(
+        f"site {site!r} ({distribution}) is a discrete latent of the model that the guide does not draw: in the "
+        f"discrete graph it is drawn from its prior, whose gradient {loss} does not estimate; draw it in the guide "
+        "(e.g. a Concrete-family site with the prior's logits), or use ScoreFunctionELBO / VIMCO on discrete(model) and "
+        "discrete(guide), which give its prior a score-function gradient"
+    )
+
+
 # --------------------------------------------------------------------------- conditional samples
 
 

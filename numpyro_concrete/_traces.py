@@ -17,9 +17,9 @@ from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
 from numpyro.infer.util import get_importance_trace
 from numpyro.primitives import Messenger
 
-from concrete_common import discrete_proposal, messages
+from concrete_common import discrete_proposal, messages, subsampling
 
-from .handlers import CONCRETE_FAMILY, unwrap
+from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
 
 def with_params(fn, params):
@@ -271,6 +271,66 @@ def per_element(log_prob, site, plate):
     return jnp.sum(log_prob, axis=tuple(d for d in range(jnp.ndim(log_prob)) if d != keep))
 
 
+def score_log_prob(site):
+    """The log density of the distribution a site's value was drawn from, neither scaled nor masked:
+    what a score-function term differentiates. A scale (a subsampled plate, ``handlers.scale``) or a
+    mask weighs the site's terms in the objective, not the draw (Pyro's ``ScoreParts.scale_and_mask``
+    leaves the score function alone for the same reason)."""
+    base, wrappers = unwrap(site["fn"])
+    fn = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
+    return fn.log_prob(site["value"], site["intermediates"]) if site["intermediates"] else fn.log_prob(site["value"])
+
+
+def score_function_sites(model_trace, guide_trace):
+    """The latent sites whose draws need a score-function term: the guide's without a reparameterized
+    sampler, and the model's that the guide does not draw (their prior is their proposal) without one."""
+    guide_latents = [site for site in sample_sites(guide_trace) if not site["is_observed"]]
+    return [site for site in guide_latents + model_only_latents(model_trace, guide_trace) if not site["fn"].has_rsample]
+
+
+def model_only_latents(model_trace, guide_trace):
+    """The latent sites of the model that the guide does not draw."""
+    proposed = {site["name"] for site in sample_sites(guide_trace)}
+    return [site for site in sample_sites(model_trace) if not site["is_observed"] and site["name"] not in proposed]
+
+
+def _subsample_scales(site, trace):
+    """{plate name: size / subsample size} of the subsampled plates around ``site`` (the frames hold
+    the subsample size, the plate's own site in ``trace`` its size)."""
+    scales = {}
+    for frame in site["cond_indep_stack"]:
+        plate_site = trace.get(frame.name)
+        if plate_site is not None and plate_site["type"] == "plate" and frame.size < plate_site["args"][0]:
+            scales[frame.name] = plate_site["args"][0] / frame.size
+    return scales
+
+
+def subsampled_plates(traces):
+    """{plate name: size / subsample size} of the subsampled plates around the traces' sites."""
+    subsampled = {}
+    for traced in traces:
+        for site in sample_sites(traced):
+            subsampled.update(_subsample_scales(site, traced))
+    return subsampled
+
+
+def plate_subsampling(traces, plate, num_particles):
+    """The factor by which the host has scaled the log densities of ``plate``'s elements, checked
+    for a bound of ``num_particles`` (``concrete_common.subsampling.bound_scale``)."""
+    return subsampling.bound_scale(subsampled_plates(traces), plate, num_particles)
+
+
+def per_element_at_site(values, site, plate):
+    """Values per element of ``plate`` (a scalar without one), shaped to broadcast against the site's
+    batch shape (the plate's dimension where the site has it)."""
+    if plate is None:
+        return values
+    frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+    if not frames:
+        raise messages.outside_plate(site["name"], plate)
+    return jnp.reshape(values, jnp.shape(values) + (1,) * (-frames[0].dim - 1))
+
+
 def log_weights(model_trace, guide_trace, plate, *, globals_given=False):
     """log p(x, z) - log q(z) of one particle: a scalar, or one per element of ``plate``.
 
@@ -293,14 +353,37 @@ def log_weights(model_trace, guide_trace, plate, *, globals_given=False):
     return total
 
 
-def importance_bound(model, guide, rng_key, args, kwargs, *, num_particles, plate, globals_given=False):
+def same_subsample(model, guide, rng_key, num_particles):
+    """(model, guide, key for the particles): m > 1 particles drawn with keys of their own would each
+    draw their own subsample of a subsampled plate, and an element's bound would average particles of
+    other elements; the plates are seeded with one key for all (as NumPyro's ``RenyiELBO`` does). A
+    plate that does not subsample takes no key, so nothing else changes."""
+    if num_particles == 1:
+        return model, guide, rng_key
+    plate_key = jax.random.fold_in(rng_key, 0x5EED)  # beside the particles' keys, which stay as they were
+    hide = ["sample", "prng_key", "control_flow"]
+    return handlers.seed(model, plate_key, hide_types=hide), handlers.seed(guide, plate_key, hide_types=hide), rng_key
+
+
+def importance_bound(model, guide, rng_key, args, kwargs, *, num_particles, plate, globals_given=False, check=None):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel
-    (``vmap``): a scalar, or one bound per element of ``plate``. ``globals_given``: the discrete
-    graph's bound, with globals conditioned (see :func:`log_weights`)."""
+    (``vmap``): a scalar, or one bound per element of ``plate`` (of a subsampled plate, scaled to its
+    size: :func:`plate_subsampling`). ``globals_given``: the discrete graph's bound, with globals
+    conditioned (see :func:`log_weights`); ``check``, if given, is called with the (model, guide)
+    traces first."""
     messages.check_num_particles(num_particles)
+    scales = []  # s, read off the traces while vmap traces them (static)
+    model, guide, rng_key = same_subsample(model, guide, rng_key, num_particles)
 
     def log_weight(particle_key):
-        return log_weights(*importance_traces(model, guide, particle_key, args, kwargs), plate, globals_given=globals_given)
+        model_trace, guide_trace = importance_traces(model, guide, particle_key, args, kwargs)
+        if check is not None:
+            check(model_trace, guide_trace)
+        scales.append(plate_subsampling((model_trace, guide_trace), plate, num_particles))
+        return log_weights(model_trace, guide_trace, plate, globals_given=globals_given)
 
     drawn = jax.vmap(log_weight)(jax.random.split(rng_key, num_particles))
-    return logsumexp(drawn, axis=0) - math.log(num_particles)
+    scale = scales[0]
+    if scale == 1.0:
+        return logsumexp(drawn, axis=0) - math.log(num_particles)
+    return scale * (logsumexp(drawn / scale, axis=0) - math.log(num_particles))

@@ -8,18 +8,30 @@ every Concrete-family site replaced by its zero-temperature limit, one draw of t
 one ELBO per element of ``plate``. Each latent site of the guide is drawn as its limit b = H(z), z
 the site's relaxed sample, and scored by the limit's mass; what the relaxation adds is a control
 variate (REBAR, RELAX) or the gradient path (Gumbel-Rao). REBAR, RELAX and DisARM are unbiased for
-the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator, biased, with its
-variance reduced by averaging over conditional relaxed samples.
+the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator's conditional
+expectation given the discrete value, biased as straight-through is, with less variance.
 
-The unbiased estimators need one stochastic layer in the guide: no relaxed site's distribution may
-depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites side
-by side are fine). A guide where one does raises a ValueError (inside ``jit``, from the compiled
-step, as a JAX runtime error carrying the same message).
+What they accept (anything else raises a ValueError that names the site):
+
+- **One stochastic layer of relaxed sites** (REBAR, RELAX, DisARM): no relaxed site's distribution
+  may depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites
+  side by side are fine, and so are continuous sites before them). Inside ``jit`` this is checked by
+  the compiled step, which raises a JAX runtime error carrying the same message.
+- **Other latents of the guide must be reparameterized** (a Normal, say, before or after the relaxed
+  sites): they get pathwise gradients. Where the control variates and DisARM evaluate the ELBO at
+  other values of the relaxed sites, the guide and the model are run again with the same noise
+  (the same random numbers, or the same JAX key), so that a continuous site that depends on a
+  relaxed one is redrawn from its distribution there, by the same reparameterization.
+- **Every discrete latent in the guide**: a latent of the model that the guide does not draw is
+  drawn from its prior, whose gradient would need a score-function term; only reparameterized ones
+  (pathwise) are accepted.
+- **Any plate subsampled**: the ELBO of a subsample, with the host's scaled densities, estimates the
+  data set's; the score terms use the unscaled density of the draw.
 """
 
 import warnings
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +45,17 @@ from numpyro.primitives import Messenger
 from concrete_common import messages
 from concrete_common.messages import named_errors
 
-from ._traces import importance_traces, log_weights, per_element, replayed_model_trace, trace, with_params
+from ._traces import (
+    importance_traces,
+    log_weights,
+    model_only_latents,
+    per_element,
+    replayed_model_trace,
+    sample_sites,
+    score_log_prob,
+    trace,
+    with_params,
+)
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import rewrap, unwrap
 from .hard_concrete import HardConcrete
@@ -56,15 +78,20 @@ class _SoftMass(dist.Distribution):
 
     arg_constraints: dict = {}
     reparametrized_params: list = []  # has_rsample: NumPyro keeps the value's gradient (straight-through)
-    pytree_aux_fields = ("base",)
+    pytree_aux_fields = ("base", "unsampled")
 
-    def __init__(self, base):
-        self.base = base
+    def __init__(self, base, unsampled=None):
+        self.base, self.unsampled = base, unsampled
         super().__init__(base.batch_shape, base.event_shape, validate_args=False)
 
     @property
     def support(self):
         return self.base.support
+
+    def sample(self, key, sample_shape=()):
+        """Never drawn: the guide's sites hold given values, and the model's are replayed from the
+        guide; one that is not raises ``unsampled`` (a latent of the model that the guide does not draw)."""
+        raise self.unsampled
 
     def log_prob(self, value):
         logits = self.base.logits
@@ -128,11 +155,12 @@ class _Site:
 
 class _Draws(Messenger):
     """At every latent Concrete-family site of the guide: a :class:`_Site` drawn once, the value
-    ``value_of(site)`` (the limit b unless the estimator says otherwise), scored by the limit's
-    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn."""
+    ``value_of(name, site)`` (the limit b unless the estimator says otherwise), scored by the limit's
+    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn. A site takes its key
+    whatever its value, so that a rerun with the same key draws the same noise everywhere."""
 
     def __init__(self, fn, value_of=None):
-        self.value_of = value_of or (lambda site: site.b)
+        self.value_of = value_of or (lambda name, site: site.b)
         self.sites = {}
         super().__init__(fn)
 
@@ -143,32 +171,32 @@ class _Draws(Messenger):
         base, wrappers = found
         site = _Site(base, msg["fn"].shape(), numpyro.prng_key())
         self.sites[msg["name"]] = site
-        msg["value"] = self.value_of(site)
+        msg["value"] = self.value_of(msg["name"], site)
         msg["fn"] = rewrap(_SoftMass(base), wrappers)
 
 
-class _Feed(Messenger):
-    """Feeds given values to the guide's Concrete-family sites and records each site's logits (the
-    check of one stochastic layer)."""
+class _ScoredByMass(Messenger):
+    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`);
+    one the guide does not draw raises (``loss``: who refuses)."""
 
-    def __init__(self, fn, values):
-        self.values, self.logits = values, {}
+    def __init__(self, fn, loss):
+        self.loss = loss
         super().__init__(fn)
 
     def process_message(self, msg):
         found = _relaxed_base(msg)
-        if found is not None and msg["name"] in self.values:
-            self.logits[msg["name"]] = found[0].logits
-            msg["value"] = self.values[msg["name"]]
-
-
-class _ScoredByMass(Messenger):
-    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`)."""
-
-    def process_message(self, msg):
-        found = _relaxed_base(msg)
         if found is not None:
-            msg["fn"] = rewrap(_SoftMass(found[0]), found[1])
+            unsampled = messages.model_only_discrete_latent(msg["name"], type(found[0]).__name__, self.loss)
+            msg["fn"] = rewrap(_SoftMass(found[0], unsampled), found[1])
+
+
+class _Replay(NamedTuple):
+    """What a world needs to run the guide and the model again with the same noise as the draw: the
+    draw's key, and whether anything but the relaxed sites is random (else the draw's guide trace is
+    reused with new values at those sites, and the model replayed against it)."""
+
+    key: Any
+    rerun: bool
 
 
 def _with_values(guide_trace, values):
@@ -218,18 +246,35 @@ class _DiscreteGraphLoss(ELBO):
         return guide
 
     def _draw(self, model, guide, key, args, kwargs, value_of=None):
-        """(model trace, guide trace, {site: _Site}) with the guide's sites drawn as their limits."""
+        """(model trace, guide trace, {site: _Site}, _Replay) with the guide's sites drawn as their limits."""
         draws = _Draws(guide, value_of)
-        model_trace, guide_trace = importance_traces(_ScoredByMass(model), draws, key, args, kwargs)
+        model_trace, guide_trace = importance_traces(_ScoredByMass(model, type(self).__name__), draws, key, args, kwargs)
         if not draws.sites:
             raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
+        rerun = self._check_latents(model_trace, guide_trace, draws.sites)
         for name, site in draws.sites.items():
             if self.binary_only and site.n_ary:
                 raise messages.ModelError(f"site {name!r} is categorical; {type(self).__name__} is for binary sites")
             site.plate_axis = self._plate_axis(guide_trace[name])
+        replay = _Replay(key, rerun)
         if self.one_layer and len(draws.sites) > 1:
-            self._check_one_layer(guide, key, args, kwargs, draws.sites)
-        return model_trace, guide_trace, draws.sites
+            self._check_one_layer(guide, args, kwargs, draws.sites, replay)
+        return model_trace, guide_trace, draws.sites, replay
+
+    def _check_latents(self, model_trace, guide_trace, sites):
+        """The guide's other latents must be reparameterized, and so must the model's latents that the
+        guide does not draw (a Concrete-family one raised when the model drew it). Returns whether
+        anything but the relaxed sites is random (the worlds then rerun the guide and the model)."""
+        name = type(self).__name__
+        others = [site for site in sample_sites(guide_trace) if not site["is_observed"] and site["name"] not in sites]
+        model_only = model_only_latents(model_trace, guide_trace)
+        for site in others:
+            if not site["fn"].has_rsample:
+                raise messages.guide_site_without_gradient(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
+        for site in model_only:
+            if not site["fn"].has_rsample:
+                raise messages.model_only_discrete_latent(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
+        return bool(others or model_only)
 
     def _plate_axis(self, node):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
@@ -240,15 +285,19 @@ class _DiscreteGraphLoss(ELBO):
             raise messages.outside_plate(node["name"], self.plate)
         return jnp.ndim(node["value"]) - node["fn"].event_dim + frames[0].dim
 
-    def _check_one_layer(self, guide, key, args, kwargs, sites):
-        """Reruns the guide with every site at the other limit value: the logits must not change
-        (checked inside ``jit`` by a callback that raises)."""
-        feed = _Feed(guide, {name: _flip(site) for name, site in sites.items()})
-        trace(handlers.block(feed), key, args, kwargs)
-        changed = [
-            jnp.any(jnp.broadcast_to(feed.logits[name], site.base.logits.shape) != jax.lax.stop_gradient(site.base.logits))
-            for name, site in sites.items()
-        ]
+    def _check_one_layer(self, guide, args, kwargs, sites, replay):
+        """Reruns the guide with the draw's key and every relaxed site at another limit value, each of
+        them in turn (every one-hot moved by 1, ..., K - 1 categories; 0 <-> 1): the relaxed sites'
+        logits must not change (checked inside ``jit`` by a callback that raises)."""
+        changed = []
+        for shift in range(1, max(site.b.shape[-1] if site.n_ary else 2 for site in sites.values())):
+            moved = {name: _moved(site, shift) for name, site in sites.items()}
+            feed = _Draws(guide, lambda name, site: moved[name])
+            trace(handlers.block(feed), jax.random.split(replay.key)[0], args, kwargs)  # the guide's half, as drawn
+            changed += [
+                jnp.any(jax.lax.stop_gradient(feed.sites[name].base.logits) != jax.lax.stop_gradient(site.base.logits))
+                for name, site in sites.items()
+            ]
         error = ValueError(  # raised from the compiled step, outside the named boundary: named here
             f"{type(self).__name__}: a relaxed site's distribution depends on the value of another relaxed site "
             f"({', '.join(map(repr, sites))}): {type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
@@ -260,14 +309,21 @@ class _DiscreteGraphLoss(ELBO):
         return log_weights(model_trace, guide_trace, self.plate)
 
     def _site_sum(self, guide_trace, sites):
-        """log q of the limits per element: the sum over the relaxed sites."""
-        return sum(per_element(guide_trace[name]["log_prob"], guide_trace[name], self.plate) for name in sites)
+        """log q of the limits per element, unscaled (the density of the draw, for the score term): the
+        sum over the relaxed sites."""
+        return sum(per_element(score_log_prob(guide_trace[name]), guide_trace[name], self.plate) for name in sites)
 
-    def _world(self, model, key, guide_trace, values, args, kwargs, fixed_model=False):
-        """The ELBO with the guide's sites at ``values`` (the other sites as drawn); ``fixed_model``:
-        with the model's parameters held fixed."""
+    def _world(self, model, guide, guide_trace, values, args, kwargs, replay, key, fixed_model=False):
+        """The ELBO with the guide's relaxed sites at ``values``; ``fixed_model``: with the model's
+        parameters held fixed. Where anything else is random, the guide and the model run again with
+        the draw's key (a continuous site is redrawn given the new values by the same
+        reparameterization); otherwise the draw's guide trace holds the new values and the model,
+        seeded with ``key``, is replayed against it."""
+        scored = _ScoredByMass(_FixedParams(model) if fixed_model else model, type(self).__name__)
+        if replay.rerun:
+            world_guide = _Draws(guide, lambda name, site: values[name])
+            return self._elbo(*importance_traces(scored, world_guide, replay.key, args, kwargs))
         world_guide = _with_values(guide_trace, values)
-        scored = _ScoredByMass(_FixedParams(model) if fixed_model else model)
         return self._elbo(replayed_model_trace(scored, world_guide, key, args, kwargs), world_guide)
 
     def _surrogate(self, key, model, guide, args, kwargs, tunables):
@@ -322,11 +378,12 @@ def _guide_params(guide_trace):
     return [name for name, site in guide_trace.items() if site["type"] == "param"]
 
 
-def _flip(site):
-    """The other limit value at every coordinate (a one-hot shifted by one category; 0 <-> 1)."""
+def _moved(site, shift):
+    """Another limit value at every coordinate: a one-hot moved by ``shift`` categories (mod K), or
+    the other binary value."""
     b = site.b
     if site.n_ary:
-        return jnp.roll(b, 1, -1)
+        return jnp.roll(b, shift, -1)
     return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
 
 
@@ -363,13 +420,16 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
     def _components(self, key, model, guide, args, kwargs, tunables):
         """Per element: (f(b), log q(b), c(z), c(z~)); and the guide's parameter names."""
         draw_key, world_key = jax.random.split(key)
-        model_trace, guide_trace, sites = self._draw(model, guide, draw_key, args, kwargs)
+        model_trace, guide_trace, sites, replay = self._draw(model, guide, draw_key, args, kwargs)
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
         _, scale = self._tunables(tunables)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
-        worlds = [self._world(model, world_key, guide_trace, values, args, kwargs, fixed_model=True) for values in (relaxed, conditional)]
+        worlds = [
+            self._world(model, guide, guide_trace, values, args, kwargs, replay, world_key, fixed_model=True)
+            for values in (relaxed, conditional)
+        ]
         c_z = self._control_variate(worlds[0], relaxed, sites, tunables)
         c_zt = self._control_variate(worlds[1], conditional, sites, tunables)
         return (f_b, log_q, c_z, c_zt), _guide_params(guide_trace)
@@ -428,6 +488,7 @@ class RELAX(_ControlVariateLoss):
         optim, loss)`` trains them; without it they keep their initial values."""
         with_tunables = super().guide(guide)
 
+        @named_errors(type(self).__name__)
         def with_network(*args, **kwargs):
             with handlers.trace() as traced:
                 result = with_tunables(*args, **kwargs)
@@ -488,13 +549,16 @@ def _to_elements(values, site, plate):
 
 class GumbelRao(_DiscreteGraphLoss):
     """Gumbel-Rao (Paulus, Maddison & Krause 2021): the straight-through Gumbel-softmax gradient,
-    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value: each relaxed
-    site of the guide takes the value ``b + mean_i x_i - stop_gradient(mean_i x_i)``, b its limit and
-    x_i relaxed samples given b (``conditional_sample``) at the site's temperature, and the
-    discrete graph's ELBO is differentiated through it. Biased (as straight-through is: its mean is
-    the straight-through estimator's for every ``num_samples``) but with a variance that falls with
-    ``num_samples``. The sites must be Concrete or BinConcrete (a log-space node's straight-through
-    value carries no gradient); any number of stochastic layers.
+    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value. Straight-through
+    gives a site the value ``b + x - stop_gradient(x)``, b its limit and x = softmax((logits + G) / t)
+    the relaxed sample behind it (sigmoid((logits + L) / t) for a binary site): the gradient of the
+    discrete graph's ELBO at b, passed back through dx/dlogits with the noise G held fixed. Gumbel-Rao
+    replaces dx/dlogits by its expectation given b: the mean over k noises G_i drawn given b
+    (``conditional_sample``) of softmax((logits + G_i) / t), each G_i held fixed. Its mean is
+    straight-through's for every k (E[E[grad | b]] = E[grad]); its variance falls with k. Biased, as
+    straight-through is. The sites must be Concrete or BinConcrete (a log-space node's
+    straight-through value carries no gradient); any number of stochastic layers; the guide's other
+    latents and the model's latents that the guide does not draw as for the other estimators.
 
     :param str plate: the data plate, or None.
     :param int num_samples: k, the relaxed samples averaged per site and step.
@@ -514,11 +578,17 @@ class GumbelRao(_DiscreteGraphLoss):
                 f"a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
-        soft = site.value(site.conditional((self.num_samples,))).mean(0)
+        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
+        logits, temperature = site.base.logits, site.base.temperature
+        if site.n_ary:
+            temperature = jnp.expand_dims(temperature, -1)
+        y = jax.lax.stop_gradient(site.conditional((self.num_samples,))) + (logits - jax.lax.stop_gradient(logits)) / temperature
+        soft = site.value(y).mean(0)
         return site.b + soft - jax.lax.stop_gradient(soft)
 
     def _surrogate(self, key, model, guide, args, kwargs, tunables):
-        model_trace, guide_trace, _ = self._draw(model, guide, key, args, kwargs, value_of=self._straight_through)
+        value_of = lambda name, site: self._straight_through(site)  # noqa: E731
+        model_trace, guide_trace, _, _ = self._draw(model, guide, key, args, kwargs, value_of=value_of)
         elbo = self._elbo(model_trace, guide_trace)
         return elbo, elbo, _guide_params(guide_trace)
 
@@ -538,13 +608,13 @@ class DisARM(_DiscreteGraphLoss):
 
     def _surrogate(self, key, model, guide, args, kwargs, tunables):
         draw_key, world_key = jax.random.split(key)
-        model_trace, guide_trace, sites = self._draw(model, guide, draw_key, args, kwargs)
+        model_trace, guide_trace, sites, replay = self._draw(model, guide, draw_key, args, kwargs)
         f_b = self._elbo(model_trace, guide_trace)
         antithetic = {}
         for name, site in sites.items():
             site.b_tilde = site.limit(2 * site.base.logits / site.base.temperature - site.y)  # H(a - eps): y = (a + eps) / t
             antithetic[name] = site.b_tilde
-        f_bt = self._world(model, world_key, guide_trace, antithetic, args, kwargs)
+        f_bt = self._world(model, guide, guide_trace, antithetic, args, kwargs, replay, world_key)
         difference = jax.lax.stop_gradient(f_b - f_bt) / 2
         surrogate = (f_b + f_bt) / 2
         for site in sites.values():

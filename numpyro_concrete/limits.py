@@ -155,6 +155,12 @@ class _DiscreteInLogSpace(ValidatedValues, Distribution):
         super().__init__(self.base.batch_shape, self.base.event_shape, validate_args=validate_args)
 
     @property
+    def has_rsample(self) -> bool:
+        # discrete: no reparameterized sampler (NumPyro's default, with no parameter constraints
+        # declared, would say otherwise, and score-function losses would drop the site's term)
+        return False
+
+    @property
     def logits(self) -> Array:
         return self.base.logits
 

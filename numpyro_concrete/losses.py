@@ -19,9 +19,15 @@ from ._traces import (
     importance_bound,
     importance_traces,
     log_weights,
+    model_only_latents,
     per_element,
+    per_element_at_site,
+    plate_subsampling,
     replayed_traces,
+    same_subsample,
     sample_sites,
+    score_function_sites,
+    score_log_prob,
     with_params,
 )
 from .handlers import unwrap
@@ -38,7 +44,15 @@ class ImportanceWeightedELBO(ELBO):
     host's ``RenyiELBO(alpha=0)`` also bounds per element, but only of the plates that enclose every
     sample site (a global latent outside the data plate makes its bound joint, silently); here
     ``plate`` is named, and a latent outside it raises a ValueError (condition it on a value, or
-    pass ``plate=None``). The guide's sites must be reparameterized (relaxed sites are).
+    pass ``plate=None``). The guide's sites must be reparameterized (relaxed sites are), and so must
+    the latents of the model that the guide does not draw (the model draws them from their prior,
+    whose parameters would need a score-function gradient: use :class:`VIMCO`).
+
+    Subsampling (``plate(name, size, subsample_size=...)``): at m = 1 any plate may be subsampled
+    (the ELBO is linear in the host's scaled log densities). At m > 1 only ``plate`` itself: each
+    element's bound is computed from its unscaled log weights and the sum over the subsample is
+    scaled to the plate's size, an unbiased estimate of the sum over the data set; with
+    ``plate=None``, or another plate subsampled, a ValueError.
 
     :param int num_particles: m.
     :param str plate: the data plate, or None.
@@ -47,6 +61,19 @@ class ImportanceWeightedELBO(ELBO):
     def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=num_particles)
         self.plate = plate
+
+    def _check_traces(self, model_trace, guide_trace):
+        """Pathwise gradients only: every latent, the guide's and those the model draws itself, must be
+        reparameterized."""
+        for site in sample_sites(guide_trace):
+            if not site["is_observed"] and not site["fn"].has_rsample:
+                raise messages.ModelError(
+                    f"guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
+                    "is not reparameterized; relax it (Concrete family) or use VIMCO, a score-function estimator"
+                )
+        for site in model_only_latents(model_trace, guide_trace):
+            if not site["fn"].has_rsample:
+                raise messages.model_latent_without_rsample(site["name"], type(unwrap(site["fn"])[0]).__name__, type(self).__name__)
 
     @named_errors()
     def loss_with_mutable_state(
@@ -59,7 +86,9 @@ class ImportanceWeightedELBO(ELBO):
         **kwargs: Any,
     ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
-        bound = importance_bound(model, guide, rng_key, args, kwargs, num_particles=self.num_particles, plate=self.plate)
+        bound = importance_bound(
+            model, guide, rng_key, args, kwargs, num_particles=self.num_particles, plate=self.plate, check=self._check_traces
+        )
         return {"loss": -jnp.sum(bound), "mutable_state": None}
 
 
@@ -68,7 +97,10 @@ class VIMCO(ImportanceWeightedELBO):
     (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
     log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
     particles' log weights (a leave-one-out baseline, no learned one). Reparameterized guide sites
-    get pathwise gradients. The loss value is ``-sum L_m``; one bound per element of ``plate``.
+    get pathwise gradients; the latents of the model that the guide does not draw are proposed by
+    their prior, and those without a reparameterized sampler get the same score-function term (the
+    gradient of the prior's parameters). The loss value is ``-sum L_m``; one bound per element of
+    ``plate``, with subsampling as in :class:`ImportanceWeightedELBO` (only ``plate`` itself).
 
     :param int num_particles: m >= 2.
     :param str plate: the data plate, or None.
@@ -93,25 +125,32 @@ class VIMCO(ImportanceWeightedELBO):
     ) -> dict[str, Any]:
         model, guide = with_params(model, param_map), with_params(guide, param_map)
 
+        m = self.num_particles
+        scales = []  # s, read off the traces while vmap traces them (static)
+        model, guide, rng_key = same_subsample(model, guide, rng_key, m)
+
         def particle(particle_key):
             model_trace, guide_trace = importance_traces(model, guide, particle_key, args, kwargs)
-            log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
-                per_element(site["log_prob"], site, self.plate)
-                for site in sample_sites(guide_trace)
-                if not site["is_observed"] and not site["fn"].has_rsample
+            scales.append(plate_subsampling((model_trace, guide_trace), self.plate, m))
+            log_w = log_weights(model_trace, guide_trace, self.plate)
+            log_q = sum(  # the score-function part, of the draws themselves: unscaled
+                (per_element(score_log_prob(site), site, self.plate) for site in score_function_sites(model_trace, guide_trace)),
+                jnp.zeros_like(log_w),
             )
-            return log_weights(model_trace, guide_trace, self.plate), log_q
+            return log_w, log_q
 
-        m = self.num_particles
         log_w, log_q = jax.vmap(particle)(jax.random.split(rng_key, m))
+        scale = scales[0]
+        if scale != 1.0:
+            log_w = log_w / scale  # each element's own log weights (see plate_subsampling)
         bound = logsumexp(log_w, axis=0) - math.log(m)
         w = jax.lax.stop_gradient(log_w)
         leave_one_out = (w.sum(0, keepdims=True) - w) / (m - 1)  # (m, ...): the others' mean
         eye = jnp.eye(m, dtype=bool).reshape((m, m) + (1,) * (w.ndim - 1))
         replaced = jnp.where(eye, leave_one_out[:, None], w[None])  # [i, j]: w_j, w_i replaced
         learning_signal = jax.lax.stop_gradient(bound) - (logsumexp(replaced, axis=1) - math.log(m))
-        surrogate = bound + (learning_signal * log_q).sum(0)
-        loss = -surrogate.sum() + jax.lax.stop_gradient((surrogate - bound).sum())
+        surrogate = scale * (bound + (learning_signal * log_q).sum(0))
+        loss = -surrogate.sum() + jax.lax.stop_gradient((surrogate - scale * bound).sum())
         return {"loss": loss, "mutable_state": None}
 
 
@@ -122,13 +161,18 @@ class ScoreFunctionELBO(ELBO):
 
         elbo_n + sum_s stop_gradient(elbo_n - b_sn) log q(z_sn)  +  sum_b (stop_gradient(elbo_n) - b_n)^2
 
-    over the guide's sites s without a reparameterized sampler; ``b_s`` is the baseline the guide gives
-    a site as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
-    network of the data; 0 where none is given), fitted to elbo_n by squared error, once per distinct
-    baseline (several sites may share one). Reparameterized sites get pathwise gradients. Unbiased
-    for the ELBO's gradient whatever the baselines; the learning signal of a site is the whole
-    element's ELBO (NumPyro's ``TraceGraph_ELBO`` takes no baselines).
-    The loss value is ``-ELBO``; the other terms only contribute gradients.
+    over the sites s without a reparameterized sampler: the guide's, and the latents of the model that
+    the guide does not draw (proposed by their prior, whose parameters get this term). ``log q`` is the
+    density of the draw, neither scaled nor masked (as Pyro's ``TraceGraph_ELBO`` scores it), summed
+    with its baseline element by element of the site; ``b_s`` is the baseline the guide gives a site
+    as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
+    network of the data; 0 where none is given), of a shape that broadcasts to the site's batch shape,
+    fitted to elbo_n by squared error, once per distinct baseline (several sites may share one).
+    Reparameterized sites get pathwise gradients. Unbiased for the ELBO's gradient whatever the
+    baselines, with any plate subsampled (elbo_n holds the host's scaled densities, an estimate of
+    the data set's ELBO); the learning signal of a site is the whole element's ELBO (NumPyro's
+    ``TraceGraph_ELBO`` takes no baselines). The loss value is ``-ELBO``; the other terms only
+    contribute gradients.
 
     :param str plate: the data plate, or None.
     """
@@ -153,20 +197,31 @@ class ScoreFunctionELBO(ELBO):
         model_trace, guide_trace = importance_traces(model, guide, rng_key, args, kwargs)
         elbo = log_weights(model_trace, guide_trace, self.plate)
         signal = jax.lax.stop_gradient(elbo)
-        score: Any = 0.0
-        fit: Any = 0.0
+        extra = jnp.zeros_like(jnp.sum(elbo))  # minus the score terms, plus the baselines' squared errors
         fitted: list[Any] = []  # the distinct baselines
-        for site in sample_sites(guide_trace):
-            if site["is_observed"] or site["fn"].has_rsample:
+        proposed = {site["name"] for site in sample_sites(guide_trace)}
+        for site in score_function_sites(model_trace, guide_trace):
+            log_q = score_log_prob(site)
+            target = per_element_at_site(signal, site, self.plate)
+            baseline = messages.baseline_value(site["name"], site["infer"]) if site["name"] in proposed else None
+            if baseline is None:
+                extra = extra - jnp.sum(target * log_q)
                 continue
-            baseline = messages.baseline_value(site["name"], site["infer"])
-            log_q = per_element(site["log_prob"], site, self.plate)
-            score = score + jnp.sum((signal - (0.0 if baseline is None else jax.lax.stop_gradient(baseline))) * log_q)
-            if baseline is not None and not any(baseline is b for b in fitted):
+            _check_baseline_shape(site["name"], jnp.shape(baseline), jnp.shape(log_q))
+            extra = extra - jnp.sum((target - jax.lax.stop_gradient(baseline)) * log_q)
+            if not any(baseline is b for b in fitted):
                 fitted.append(baseline)
-                fit = fit + jnp.sum((signal - baseline) ** 2)
-        extra = fit - score
+                extra = extra + jnp.sum((target - baseline) ** 2)
         return {"loss": -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), "mutable_state": None}
+
+
+def _check_baseline_shape(site, shape, batch_shape):
+    try:
+        fits = jnp.broadcast_shapes(shape, batch_shape) == tuple(batch_shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise messages.baseline_shape(site, shape, batch_shape)
 
 
 class L0Objective(ELBO):

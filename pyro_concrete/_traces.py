@@ -17,10 +17,11 @@ from pyro.infer.enum import get_importance_trace
 from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import prune_subsample_sites, site_is_subsample
+from pyro.util import ignore_jit_warnings
 
-from concrete_common import discrete_proposal, messages
+from concrete_common import discrete_proposal, messages, subsampling
 
-from .handlers import CONCRETE_FAMILY, unwrap
+from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
 
 def _module_overrides(fn, params):
@@ -301,6 +302,68 @@ def per_particle(log_prob, site, particle_dim, plate):
     return log_prob.sum(dims) if dims else log_prob
 
 
+def score_log_prob(site):
+    """The log density of the distribution a site's value was drawn from, neither scaled nor masked:
+    what a score-function term differentiates. A scale (a subsampled plate, ``poutine.scale``) or a
+    mask weighs the site's terms in the objective, not the draw (Pyro's ``ScoreParts.scale_and_mask``
+    leaves the score function alone for the same reason)."""
+    base, wrappers = unwrap(site["fn"])
+    if all(method != "mask" for method, _ in wrappers) and "unscaled_log_prob" in site:
+        return site["unscaled_log_prob"]
+    return rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"]).log_prob(site["value"])
+
+
+def score_function_sites(model_trace, guide_trace):
+    """The latent sites whose draws need a score-function term: the guide's without a reparameterized
+    sampler, and the model's that the guide does not draw (their prior is their proposal) without one."""
+    guide_latents = [site for site in sample_sites(guide_trace) if not site["is_observed"]]
+    proposed = {site["name"] for site in guide_latents}
+    model_only = [
+        site for site in sample_sites(model_trace) if not site["is_observed"] and site["name"] not in proposed
+    ]
+    return [site for site in guide_latents + model_only if not getattr(site["fn"], "has_rsample", False)]
+
+
+def model_only_latents(model_trace, guide_trace):
+    """The latent sites of the model that the guide does not draw."""
+    proposed = {site["name"] for site in sample_sites(guide_trace)}
+    return [site for site in sample_sites(model_trace) if not site["is_observed"] and site["name"] not in proposed]
+
+
+def _subsample_scales(site):
+    """{plate name: size / subsample size} of the subsampled plates around ``site``. (Under
+    ``torch.jit.trace`` the sizes are tensors; the structure, and so they, are fixed per compilation.)"""
+    with ignore_jit_warnings():
+        sizes = [(f.name, int(f.size), int(f.full_size)) for f in site["cond_indep_stack"] if f.full_size is not None]
+    return {name: full / size for name, size, full in sizes if size < full}
+
+
+def subsampled_plates(traces):
+    """{plate name: size / subsample size} of the subsampled plates around the traces' sites."""
+    subsampled = {}
+    for trace in traces:
+        for site in sample_sites(trace):
+            subsampled.update(_subsample_scales(site))
+    return subsampled
+
+
+def plate_subsampling(traces, plate, num_particles):
+    """The factor by which the host has scaled the log densities of ``plate``'s elements, checked
+    for a bound of ``num_particles`` (``concrete_common.subsampling.bound_scale``)."""
+    return subsampling.bound_scale(subsampled_plates(traces), plate, num_particles)
+
+
+def per_element_at_site(values, site, plate):
+    """Values per element of ``plate`` (a scalar without one), shaped to broadcast against the site's
+    batch shape (the plate's dimension where the site has it)."""
+    if plate is None:
+        return values
+    frames = [f for f in site["cond_indep_stack"] if f.name == plate]
+    if not frames:
+        raise messages.outside_plate(site["name"], plate)
+    return values.reshape(values.shape + (1,) * (-frames[0].dim - 1))
+
+
 def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=False):
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
@@ -342,16 +405,32 @@ def particle_traces(model, guide, args, kwargs, *, num_particles, max_plate_nest
     return (*traces, particle_dim)
 
 
+def _same_subsample(guide, args, kwargs):
+    """A wrapper that replays the subsample of every plate of one run of ``guide`` (the subsample
+    sites of Pyro's plates), so that runs one after another see the same elements."""
+    trace = poutine.trace(guide).get_trace(*args, **kwargs)
+    subsamples = poutine.Trace()
+    for name, site in trace.nodes.items():
+        if site["type"] == "sample" and site_is_subsample(site):
+            subsamples.add_node(name, **site)
+    return lambda fn: poutine.replay(fn, trace=subsamples)
+
+
 def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_plate_nesting, globals_given=False):
     """log (1/m) sum_i p(x, z_i) / q(z_i), z_i from the guide, the m particles drawn in parallel in
-    a plate left of the model's plates: a scalar, or one bound per element of ``plate``.
-    ``globals_given``: the discrete graph's per-element bound, with globals conditioned (see
-    :func:`log_weights`)."""
+    a plate left of the model's plates: a scalar, or one bound per element of ``plate`` (of a
+    subsampled plate, scaled to its size: :func:`plate_subsampling`). ``globals_given``: the discrete
+    graph's per-element bound, with globals conditioned (see :func:`log_weights`)."""
     messages.check_num_particles(num_particles)
+    scales = []  # s, from the first traces drawn (see plate_subsampling)
 
-    def weights(count):
-        traces = particle_traces(model, guide, args, kwargs, num_particles=count, max_plate_nesting=max_plate_nesting)
-        return log_weights(*traces, plate, globals_given=globals_given)
+    def weights(count, model=model, guide=guide):
+        model_trace, guide_trace, particle_dim = particle_traces(
+            model, guide, args, kwargs, num_particles=count, max_plate_nesting=max_plate_nesting
+        )
+        if not scales:
+            scales.append(plate_subsampling((model_trace, guide_trace), plate, num_particles))
+        return log_weights(model_trace, guide_trace, particle_dim, plate, globals_given=globals_given)
 
     if num_particles == 1:  # one particle: the model as written, no particle plate
         return torch.logsumexp(weights(None), dim=0)
@@ -361,8 +440,10 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
         if isinstance(error, messages.ModelError):  # not a shape: the model's own problem, at any m
             raise
         # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
-        # over the particle dimension: then one particle at a time (a failure there is the model's own)
-        drawn = torch.cat([weights(None) for _ in range(num_particles)])
+        # over the particle dimension: then one particle at a time (a failure there is the model's own),
+        # all of one subsample (the bound of an element averages its own particles)
+        same = _same_subsample(guide, args, kwargs)
+        drawn = torch.cat([weights(None, same(model), same(guide)) for _ in range(num_particles)])
         warnings.warn(
             f"the model or guide does not broadcast over a leftmost particle dimension "
             f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); drew the {num_particles} particles one "
@@ -370,4 +451,7 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
             RuntimeWarning,
             stacklevel=4,
         )
-    return torch.logsumexp(drawn, dim=0) - math.log(num_particles)
+    scale = scales[0]
+    if scale == 1.0:
+        return torch.logsumexp(drawn, dim=0) - math.log(num_particles)
+    return scale * (torch.logsumexp(drawn / scale, dim=0) - math.log(num_particles))

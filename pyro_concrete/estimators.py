@@ -8,16 +8,29 @@ every Concrete-family site replaced by its zero-temperature limit, one draw of t
 one ELBO per element of ``plate``. Each latent site of the guide is drawn as its limit b = H(z), z
 the site's relaxed sample, and scored by the limit's mass; what the relaxation adds is a control
 variate (REBAR, RELAX) or the gradient path (Gumbel-Rao). REBAR, RELAX and DisARM are unbiased for
-the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator, biased, with its
-variance reduced by averaging over conditional relaxed samples.
+the gradient of the discrete ELBO; Gumbel-Rao is the straight-through estimator's conditional
+expectation given the discrete value, biased as straight-through is, with less variance.
 
-The unbiased estimators need one stochastic layer in the guide: no relaxed site's distribution may
-depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites side
-by side are fine). A guide where one does raises a ValueError.
+What they accept (anything else raises a ValueError that names the site):
+
+- **One stochastic layer of relaxed sites** (REBAR, RELAX, DisARM): no relaxed site's distribution
+  may depend on another relaxed site's value (the encoder of a one-layer discrete VAE; several sites
+  side by side are fine, and so are continuous sites before them).
+- **Other latents of the guide must be reparameterized** (a Normal, say, before or after the relaxed
+  sites): they get pathwise gradients. Where the control variates and DisARM evaluate the ELBO at
+  other values of the relaxed sites, the guide and the model are run again with the same noise
+  (the same random numbers, or the same JAX key), so that a continuous site that depends on a
+  relaxed one is redrawn from its distribution there, by the same reparameterization.
+- **Every discrete latent in the guide**: a latent of the model that the guide does not draw is
+  drawn from its prior, whose gradient would need a score-function term; only reparameterized ones
+  (pathwise) are accepted.
+- **Any plate subsampled**: the ELBO of a subsample, with the host's scaled densities, estimates the
+  data set's; the score terms use the unscaled density of the draw.
 """
 
+import contextlib
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import pyro
 import torch
@@ -25,13 +38,23 @@ import torch.nn.functional as F
 from pyro import poutine
 from pyro.distributions import TorchDistribution
 from pyro.poutine.messenger import Messenger
+from pyro.util import get_rng_state, set_rng_state
 from torch import Tensor, nn
 
 from concrete_common import messages
 from concrete_common.messages import named_errors
 
 from ._numerics import log_softmax
-from ._traces import importance_traces, log_weights, per_particle, replayed_model_trace
+from ._traces import (
+    importance_traces,
+    log_weights,
+    model_only_latents,
+    per_particle,
+    replayed_model_trace,
+    sample_sites,
+    score_log_prob,
+    subsampled_plates,
+)
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import rewrap, unwrap
 from .hard_concrete import HardConcrete
@@ -56,8 +79,8 @@ class _SoftMass(TorchDistribution):
     arg_constraints: dict = {}
     has_rsample = True
 
-    def __init__(self, base):
-        self.base = base
+    def __init__(self, base, unsampled=None):
+        self.base, self.unsampled = base, unsampled
         super().__init__(base.batch_shape, base.event_shape, validate_args=False)
 
     @property
@@ -65,7 +88,14 @@ class _SoftMass(TorchDistribution):
         return self.base.support
 
     def expand(self, batch_shape, _instance=None):
-        return _SoftMass(self.base.expand(batch_shape))
+        return _SoftMass(self.base.expand(batch_shape), self.unsampled)
+
+    def rsample(self, sample_shape=torch.Size()):
+        """Never drawn: the guide's sites hold given values, and the model's are replayed from the
+        guide; one that is not raises ``unsampled`` (a latent of the model that the guide does not draw)."""
+        raise self.unsampled
+
+    sample = rsample
 
     def log_prob(self, value):
         logits = self.base.logits
@@ -129,11 +159,13 @@ class _Site:
 
 class _Draws(Messenger):
     """At every latent Concrete-family site of the guide: a :class:`_Site` drawn once, the value
-    ``value_of(site)`` (the limit b unless the estimator says otherwise), scored by the limit's
-    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn."""
+    ``value_of(name, site)`` (the limit b unless the estimator says otherwise), scored by the limit's
+    mass (:class:`_SoftMass`). ``sites`` keeps them by name, in the order drawn. A site is drawn
+    whatever its value, so that a rerun from the same random state draws the same noise everywhere
+    (:func:`_same_randomness`)."""
 
     def __init__(self, value_of=None):
-        self.value_of = value_of or (lambda site: site.b)
+        self.value_of = value_of or (lambda name, site: site.b)
         self.sites = {}
         super().__init__()
 
@@ -144,32 +176,55 @@ class _Draws(Messenger):
         base, wrappers = found
         site = _Site(base, msg["fn"].batch_shape + msg["fn"].event_shape)
         self.sites[msg["name"]] = site
-        msg["value"] = self.value_of(site)
+        msg["value"] = self.value_of(msg["name"], site)
         msg["fn"] = rewrap(_SoftMass(base), wrappers)
 
 
-class _Feed(Messenger):
-    """Feeds given values to the guide's Concrete-family sites and records each site's logits (the
-    check of one stochastic layer)."""
+class _ScoredByMass(Messenger):
+    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`);
+    one the guide does not draw raises (``loss``: who refuses)."""
 
-    def __init__(self, values):
-        self.values, self.logits = values, {}
+    def __init__(self, loss):
+        self.loss = loss
         super().__init__()
 
     def _pyro_sample(self, msg):
         found = _relaxed_base(msg)
-        if found is not None and msg["name"] in self.values:
-            self.logits[msg["name"]] = found[0].logits
-            msg["value"] = self.values[msg["name"]]
-
-
-class _ScoredByMass(Messenger):
-    """The model's latent Concrete-family sites scored by their limit's mass (:class:`_SoftMass`)."""
-
-    def _pyro_sample(self, msg):
-        found = _relaxed_base(msg)
         if found is not None:
-            msg["fn"] = rewrap(_SoftMass(found[0]), found[1])
+            unsampled = messages.model_only_discrete_latent(msg["name"], type(found[0]).__name__, self.loss)
+            msg["fn"] = rewrap(_SoftMass(found[0], unsampled), found[1])
+
+
+def _rng_state():
+    state = get_rng_state()
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+@contextlib.contextmanager
+def _same_randomness(state):
+    """Inside, the random numbers drawn from ``state`` are drawn again (the same calls get the same
+    noise); after, the generators go on from where they were."""
+    now = _rng_state()
+    set_rng_state(state)
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    try:
+        yield
+    finally:
+        set_rng_state(now)
+        if "cuda" in now:
+            torch.cuda.set_rng_state_all(now["cuda"])
+
+
+class _Replay(NamedTuple):
+    """What a world needs to run the guide and the model again with the same noise as the draw: the
+    random state before it, and whether anything but the relaxed sites is random (else the draw's
+    guide trace is reused with new values at those sites, and the model replayed against it)."""
+
+    state: Any
+    rerun: bool
 
 
 def _with_values(trace, values):
@@ -202,24 +257,44 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         ``SVI(model, loss.guide(guide), optim, loss)`` is the same code in both."""
         return guide
 
-    def _check_guide(self, guide_trace):
-        pass
+    def _check_traces(self, model_trace, guide_trace):
+        pass  # checked as the guide is drawn (_check_latents)
 
     def _draw(self, model, guide, args, kwargs, value_of=None):
-        """(model trace, guide trace, {site: _Site}) with the guide's sites drawn as their limits."""
+        """(model trace, guide trace, {site: _Site}, _Replay) with the guide's sites drawn as their limits."""
+        state = _rng_state()
         draws = _Draws(value_of)
         model_trace, guide_trace = importance_traces(
-            _ScoredByMass()(model), draws(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
+            _ScoredByMass(type(self).__name__)(model), draws(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
         )
         if not draws.sites:
             raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
+        rerun = self._check_latents(model_trace, guide_trace, draws.sites)
         for name, site in draws.sites.items():
             if self.binary_only and site.n_ary:
                 raise messages.ModelError(f"site {name!r} is categorical; {type(self).__name__} is for binary sites")
             site.plate_axis = self._plate_axis(guide_trace.nodes[name])
+        replay = _Replay(state, rerun)
         if self.one_layer and len(draws.sites) > 1:
-            self._check_one_layer(guide, args, kwargs, draws.sites)
-        return model_trace, guide_trace, draws.sites
+            self._check_one_layer(guide, args, kwargs, draws.sites, replay)
+        return model_trace, guide_trace, draws.sites, replay
+
+    def _check_latents(self, model_trace, guide_trace, sites):
+        """The guide's other latents must be reparameterized, and so must the model's latents that the
+        guide does not draw (a Concrete-family one raised when the model drew it). Returns whether
+        anything but the relaxed sites is random -- another latent, or a plate's subsample (the
+        guide trace holds no subsample sites to replay) -- so that the worlds rerun the guide and the
+        model."""
+        name = type(self).__name__
+        others = [site for site in sample_sites(guide_trace) if not site["is_observed"] and site["name"] not in sites]
+        model_only = model_only_latents(model_trace, guide_trace)
+        for site in others:
+            if not getattr(site["fn"], "has_rsample", False):
+                raise messages.guide_site_without_gradient(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
+        for site in model_only:
+            if not getattr(site["fn"], "has_rsample", False):
+                raise messages.model_only_discrete_latent(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
+        return bool(others or model_only or subsampled_plates((model_trace, guide_trace)))
 
     def _plate_axis(self, node):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
@@ -230,14 +305,16 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
             raise messages.outside_plate(node["name"], self.plate)
         return node["value"].dim() - node["fn"].event_dim + frames[0].dim
 
-    def _check_one_layer(self, guide, args, kwargs, sites):
-        """Reruns the guide with every site at the other limit value: the logits must not change."""
-        flipped = {name: _flip(site) for name, site in sites.items()}
-        feed = _Feed(flipped)
-        with torch.no_grad(), poutine.block():
-            poutine.trace(feed(guide)).get_trace(*args, **kwargs)
-        for name, site in sites.items():
-            if not torch.equal(torch.broadcast_to(feed.logits[name], site.base.logits.shape), site.base.logits.detach()):
+    def _check_one_layer(self, guide, args, kwargs, sites, replay):
+        """Reruns the guide with the same noise and every relaxed site at another limit value, each
+        of them in turn (every one-hot moved by 1, ..., K - 1 categories; 0 <-> 1): the relaxed
+        sites' logits must not change."""
+        for shift in range(1, max(site.b.shape[-1] if site.n_ary else 2 for site in sites.values())):
+            moved = {name: _moved(site, shift) for name, site in sites.items()}
+            feed = _Draws(lambda name, site: moved[name])
+            with torch.no_grad(), poutine.block(), _same_randomness(replay.state):
+                poutine.trace(feed(guide)).get_trace(*args, **kwargs)
+            if any(not torch.equal(feed.sites[name].base.logits, site.base.logits.detach()) for name, site in sites.items()):
                 raise messages.ModelError(
                     f"a relaxed site's distribution depends on the value of another relaxed site ({', '.join(map(repr, sites))}): "
                     f"{type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
@@ -248,19 +325,30 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         return log_weights(model_trace, guide_trace, -1 - self._max_plate_nesting, self.plate).squeeze(0)
 
     def _site_sum(self, guide_trace, sites):
-        """log q of the limits per element: the sum over the relaxed sites."""
+        """log q of the limits per element, unscaled (the density of the draw, for the score term): the
+        sum over the relaxed sites."""
         particle_dim = -1 - self._max_plate_nesting
-        return sum(per_particle(guide_trace.nodes[name]["log_prob"], guide_trace.nodes[name], particle_dim, self.plate).squeeze(0) for name in sites)
+        return sum(per_particle(score_log_prob(guide_trace.nodes[name]), guide_trace.nodes[name], particle_dim, self.plate).squeeze(0) for name in sites)
 
-    def _world(self, model, guide_trace, values, args, kwargs, model_params):
-        """The ELBO with the guide's sites at ``values`` (the other sites as drawn) and the model's
-        parameters held fixed (the control variates train the guide only)."""
-        world_guide = _with_values(guide_trace, values)
+    def _world(self, model, guide, guide_trace, values, args, kwargs, model_params, replay):
+        """The ELBO with the guide's relaxed sites at ``values`` and the model's parameters in
+        ``model_params`` held fixed (the control variates train the guide only). Where anything else
+        is random, the guide and the model run again with the draw's noise (a continuous site is
+        redrawn given the new values by the same reparameterization); otherwise the draw's guide trace
+        holds the new values and the model is replayed against it."""
         # hidden from the handlers outside (SVI.step's parameter trace): a substituted parameter
         # statement records the detached value, which is not the parameter store's
         fixed = poutine.block(poutine.substitute(model, data={name: value.detach() for name, value in model_params.items()}),
-                              hide_types=["param"])
-        world_model = replayed_model_trace(_ScoredByMass()(fixed), world_guide, args, kwargs)
+                              hide_types=["param"]) if model_params else model
+        scored = _ScoredByMass(type(self).__name__)(fixed)
+        if replay.rerun:
+            with _same_randomness(replay.state):
+                world_model, world_guide = importance_traces(
+                    scored, _Draws(lambda name, site: values[name])(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
+                )
+            return self._elbo(world_model, world_guide)
+        world_guide = _with_values(guide_trace, values)
+        world_model = replayed_model_trace(scored, world_guide, args, kwargs)
         return self._elbo(world_model, world_guide)
 
     def _surrogate(self, model, guide, args, kwargs):
@@ -279,11 +367,12 @@ def _model_params(model_trace, guide_trace):
     return {name: site["value"] for name, site in model_trace.nodes.items() if site["type"] == "param" and name not in guide_trace.nodes}
 
 
-def _flip(site):
-    """The other limit value at every coordinate (a one-hot shifted by one category; 0 <-> 1)."""
+def _moved(site, shift):
+    """Another limit value at every coordinate: a one-hot moved by ``shift`` categories (mod K), or
+    the other binary value."""
     b = site.b
     if site.n_ary:
-        return torch.roll(b, 1, -1)
+        return torch.roll(b, shift, -1)
     return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
 
 
@@ -306,15 +395,16 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
 
     def _components(self, model, guide, args, kwargs):
         """Per element: f(b), log q(b), c(z), c(z~); and the guide's parameter names."""
-        model_trace, guide_trace, sites = self._draw(model, guide, args, kwargs)
+        model_trace, guide_trace, sites, replay = self._draw(model, guide, args, kwargs)
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
         _, scale = self._tunables()
         model_params = _model_params(model_trace, guide_trace)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
-        c_z = self._control_variate(self._world(model, guide_trace, relaxed, args, kwargs, model_params), relaxed, sites)
-        c_zt = self._control_variate(self._world(model, guide_trace, conditional, args, kwargs, model_params), conditional, sites)
+        worlds = [self._world(model, guide, guide_trace, values, args, kwargs, model_params, replay) for values in (relaxed, conditional)]
+        c_z = self._control_variate(worlds[0], relaxed, sites)
+        c_zt = self._control_variate(worlds[1], conditional, sites)
         guide_names = [name for name, site in guide_trace.nodes.items() if site["type"] == "param"]
         return (f_b, log_q, c_z, c_zt), guide_names
 
@@ -434,13 +524,16 @@ def _per_element_features(value, site, plate):
 
 class GumbelRao(_DiscreteGraphLoss):
     """Gumbel-Rao (Paulus, Maddison & Krause 2021): the straight-through Gumbel-softmax gradient,
-    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value: each relaxed
-    site of the guide takes the value ``b + mean_i x_i - stop_gradient(mean_i x_i)``, b its limit and
-    x_i relaxed samples given b (``conditional_rsample``) at the site's temperature, and the
-    discrete graph's ELBO is differentiated through it. Biased (as straight-through is: its mean is
-    the straight-through estimator's for every ``num_samples``) but with a variance that falls with
-    ``num_samples``. The sites must be Concrete or BinConcrete (a log-space node's straight-through
-    value carries no gradient); any number of stochastic layers.
+    Rao-Blackwellized over ``num_samples`` relaxed samples given the discrete value. Straight-through
+    gives a site the value ``b + x - stop_gradient(x)``, b its limit and x = softmax((logits + G) / t)
+    the relaxed sample behind it (sigmoid((logits + L) / t) for a binary site): the gradient of the
+    discrete graph's ELBO at b, passed back through dx/dlogits with the noise G held fixed. Gumbel-Rao
+    replaces dx/dlogits by its expectation given b: the mean over k noises G_i drawn given b
+    (``conditional_rsample``) of softmax((logits + G_i) / t), each G_i held fixed. Its mean is
+    straight-through's for every k (E[E[grad | b]] = E[grad]); its variance falls with k. Biased, as
+    straight-through is. The sites must be Concrete or BinConcrete (a log-space node's
+    straight-through value carries no gradient); any number of stochastic layers; the guide's other
+    latents and the model's latents that the guide does not draw as for the other estimators.
 
     :param str plate: the data plate, or None.
     :param int num_samples: k, the relaxed samples averaged per site and step.
@@ -460,11 +553,16 @@ class GumbelRao(_DiscreteGraphLoss):
                 f"a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
-        soft = site.value(site.conditional((self.num_samples,))).mean(0)
+        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
+        logits, temperature = site.base.logits, site.base.temperature
+        if site.n_ary and temperature.dim() > 0:
+            temperature = temperature.unsqueeze(-1)
+        y = site.conditional((self.num_samples,)).detach() + (logits - logits.detach()) / temperature
+        soft = site.value(y).mean(0)
         return site.b + soft - soft.detach()
 
     def _surrogate(self, model, guide, args, kwargs):
-        model_trace, guide_trace, _ = self._draw(model, guide, args, kwargs, value_of=self._straight_through)
+        model_trace, guide_trace, _, _ = self._draw(model, guide, args, kwargs, value_of=lambda name, site: self._straight_through(site))
         elbo = self._elbo(model_trace, guide_trace)
         return elbo, elbo
 
@@ -483,14 +581,14 @@ class DisARM(_DiscreteGraphLoss):
     binary_only = True
 
     def _surrogate(self, model, guide, args, kwargs):
-        model_trace, guide_trace, sites = self._draw(model, guide, args, kwargs)
+        model_trace, guide_trace, sites, replay = self._draw(model, guide, args, kwargs)
         f_b = self._elbo(model_trace, guide_trace)
         antithetic = {}
         for name, site in sites.items():
             logits = site.base.logits
             site.b_tilde = site.limit(2 * logits / site.base.temperature - site.y)  # H(a - eps): y = (a + eps) / t
             antithetic[name] = site.b_tilde
-        f_bt = self._world(model, guide_trace, antithetic, args, kwargs, {})
+        f_bt = self._world(model, guide, guide_trace, antithetic, args, kwargs, {}, replay)
         difference = (f_b - f_bt).detach() / 2
         surrogate = (f_b + f_bt) / 2
         for name, site in sites.items():

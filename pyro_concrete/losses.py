@@ -21,10 +21,15 @@ from ._traces import (
     importance_traces,
     log_weights,
     max_plate_nesting,
+    model_only_latents,
     particle_traces,
+    per_element_at_site,
     per_particle,
+    plate_subsampling,
     replayed_traces,
     sample_sites,
+    score_function_sites,
+    score_log_prob,
 )
 from .handlers import unwrap
 from .hard_concrete import HardConcrete
@@ -56,7 +61,15 @@ class ImportanceWeightedELBO(_DifferentiableLoss):
     host's ``RenyiELBO(alpha=0)`` also bounds per element, but only of the plates that enclose every
     sample site (a global latent outside the data plate makes its bound joint, silently); here
     ``plate`` is named, and a latent outside it raises a ValueError (condition it on a value, or
-    pass ``plate=None``). The guide's sites must be reparameterized (relaxed sites are).
+    pass ``plate=None``). The guide's sites must be reparameterized (relaxed sites are), and so must
+    the latents of the model that the guide does not draw (the model draws them from their prior,
+    whose parameters would need a score-function gradient: use :class:`VIMCO`).
+
+    Subsampling (``plate(name, size, subsample_size=...)``): at m = 1 any plate may be subsampled
+    (the ELBO is linear in the host's scaled log densities). At m > 1 only ``plate`` itself: each
+    element's bound is computed from its unscaled log weights and the sum over the subsample is
+    scaled to the plate's size, an unbiased estimate of the sum over the data set; with
+    ``plate=None``, or another plate subsampled, a ValueError.
 
     :param int num_particles: m.
     :param str plate: the data plate, or None.
@@ -74,16 +87,21 @@ class ImportanceWeightedELBO(_DifferentiableLoss):
     def _setup(self, model, guide, args, kwargs):
         with torch.no_grad(), poutine.block():
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
-        self._check_guide(guide_trace)
+        self._check_traces(model_trace, guide_trace)
         self._max_plate_nesting = max(max_plate_nesting(model_trace), max_plate_nesting(guide_trace))
 
-    def _check_guide(self, guide_trace):
+    def _check_traces(self, model_trace, guide_trace):
+        """Pathwise gradients only: every latent, the guide's and those the model draws itself, must be
+        reparameterized."""
         for site in sample_sites(guide_trace):
             if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False):
                 raise messages.ModelError(
                     f"guide site {site['name']!r} holds {type(site['fn']).__name__}, which "
                     "is not reparameterized; relax it (Concrete family) or use VIMCO, a score-function estimator"
                 )
+        for site in model_only_latents(model_trace, guide_trace):
+            if not getattr(site["fn"], "has_rsample", False):
+                raise messages.model_latent_without_rsample(site["name"], type(unwrap(site["fn"])[0]).__name__, type(self).__name__)
 
     @named_errors()
     def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
@@ -101,7 +119,10 @@ class VIMCO(ImportanceWeightedELBO):
     (2016) multi-sample score-function gradient -- the paper's baseline for m > 1: each particle's
     log q(z_i) is weighted by L_m minus the bound with log w_i replaced by the mean of the other
     particles' log weights (a leave-one-out baseline, no learned one). Reparameterized guide sites
-    get pathwise gradients. The loss value is ``-sum L_m``; one bound per element of ``plate``.
+    get pathwise gradients; the latents of the model that the guide does not draw are proposed by
+    their prior, and those without a reparameterized sampler get the same score-function term (the
+    gradient of the prior's parameters). The loss value is ``-sum L_m``; one bound per element of
+    ``plate``, with subsampling as in :class:`ImportanceWeightedELBO` (only ``plate`` itself).
 
     :param int num_particles: m >= 2.
     :param str plate: the data plate, or None.
@@ -112,7 +133,7 @@ class VIMCO(ImportanceWeightedELBO):
         messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
-    def _check_guide(self, guide_trace):
+    def _check_traces(self, model_trace, guide_trace):
         pass  # any guide: discrete sites get the score-function gradient
 
     @named_errors()
@@ -124,20 +145,22 @@ class VIMCO(ImportanceWeightedELBO):
         model_trace, guide_trace, particle_dim = particle_traces(
             model, guide, args, kwargs, num_particles=m, max_plate_nesting=self._max_plate_nesting
         )
+        scale = plate_subsampling((model_trace, guide_trace), self.plate, m)
         log_w = log_weights(model_trace, guide_trace, particle_dim, self.plate)
-        log_q = sum(  # the score-function part: guide sites without a reparameterized sampler
-            per_particle(site["log_prob"], site, particle_dim, self.plate)
-            for site in sample_sites(guide_trace)
-            if not site["is_observed"] and not getattr(site["fn"], "has_rsample", False)
+        if scale != 1.0:
+            log_w = log_w / scale  # each element's own log weights (see plate_subsampling)
+        log_q = sum(  # the score-function part, of the draws themselves: unscaled
+            (per_particle(score_log_prob(site), site, particle_dim, self.plate) for site in score_function_sites(model_trace, guide_trace)),
+            torch.zeros_like(log_w),
         )
         bound = torch.logsumexp(log_w, 0) - math.log(m)
         w = log_w.detach()
         leave_one_out = (w.sum(0, keepdim=True) - w) / (m - 1)  # (m, ...): the others' mean
-        eye = torch.eye(m, dtype=torch.bool).reshape((m, m) + (1,) * (w.dim() - 1))
+        eye = torch.eye(m, dtype=torch.bool, device=w.device).reshape((m, m) + (1,) * (w.dim() - 1))
         replaced = torch.where(eye, leave_one_out.unsqueeze(1), w.unsqueeze(0))  # [i, j]: w_j, w_i replaced
         learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
-        surrogate = bound + (learning_signal * log_q).sum(0)
-        return -surrogate.sum() + (surrogate - bound).sum().detach()
+        surrogate = scale * (bound + (learning_signal * log_q).sum(0))
+        return -surrogate.sum() + (surrogate - scale * bound).sum().detach()
 
 
 class ScoreFunctionELBO(ImportanceWeightedELBO):
@@ -147,13 +170,18 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
 
         elbo_n + sum_s stop_gradient(elbo_n - b_sn) log q(z_sn)  +  sum_b (stop_gradient(elbo_n) - b_n)^2
 
-    over the guide's sites s without a reparameterized sampler; ``b_s`` is the baseline the guide gives
-    a site as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
-    network of the data; 0 where none is given), fitted to elbo_n by squared error, once per distinct
-    baseline (several sites may share one). Reparameterized sites get pathwise gradients. Unbiased
-    for the ELBO's gradient whatever the baselines; the learning signal of a site is the whole
-    element's ELBO (no Rao-Blackwellization over the dependency graph, unlike ``TraceGraph_ELBO``).
-    The loss value is ``-ELBO``; the other terms only contribute gradients.
+    over the sites s without a reparameterized sampler: the guide's, and the latents of the model that
+    the guide does not draw (proposed by their prior, whose parameters get this term). ``log q`` is the
+    density of the draw, neither scaled nor masked (as Pyro's ``TraceGraph_ELBO`` scores it), summed
+    with its baseline element by element of the site; ``b_s`` is the baseline the guide gives a site
+    as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
+    network of the data; 0 where none is given), of a shape that broadcasts to the site's batch shape,
+    fitted to elbo_n by squared error, once per distinct baseline (several sites may share one).
+    Reparameterized sites get pathwise gradients. Unbiased for the ELBO's gradient whatever the
+    baselines, with any plate subsampled (elbo_n holds the host's scaled densities, an estimate of
+    the data set's ELBO); the learning signal of a site is the whole element's ELBO (no
+    Rao-Blackwellization over the dependency graph, unlike ``TraceGraph_ELBO``). The loss value is
+    ``-ELBO``; the other terms only contribute gradients.
 
     :param str plate: the data plate, or None.
     """
@@ -161,7 +189,7 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
     def __init__(self, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=1, plate=plate)
 
-    def _check_guide(self, guide_trace):
+    def _check_traces(self, model_trace, guide_trace):
         pass  # any guide: discrete sites get the score-function gradient
 
     @named_errors()
@@ -174,20 +202,32 @@ class ScoreFunctionELBO(ImportanceWeightedELBO):
         )
         elbo = log_weights(model_trace, guide_trace, particle_dim, self.plate).squeeze(0)
         signal = elbo.detach()
-        score: Any = 0.0
-        fit: Any = 0.0
+        extra = torch.zeros_like(elbo).sum()  # minus the score terms, plus the baselines' squared errors
         fitted: list[Any] = []  # the distinct baselines
-        for site in sample_sites(guide_trace):
-            if site["is_observed"] or getattr(site["fn"], "has_rsample", False):
+        proposed = {site["name"] for site in sample_sites(guide_trace)}
+        for site in score_function_sites(model_trace, guide_trace):
+            log_q = score_log_prob(site)
+            target = per_element_at_site(signal, site, self.plate)
+            baseline = messages.baseline_value(site["name"], site["infer"]) if site["name"] in proposed else None
+            if baseline is None:
+                extra = extra - (target * log_q).sum()
                 continue
-            baseline = messages.baseline_value(site["name"], site["infer"])
-            log_q = per_particle(site["log_prob"], site, particle_dim, self.plate).squeeze(0)
-            score = score + ((signal - (0.0 if baseline is None else baseline.detach())) * log_q).sum()
-            if baseline is not None and not any(baseline is b for b in fitted):
+            baseline = torch.as_tensor(baseline, dtype=log_q.dtype, device=log_q.device)
+            _check_baseline_shape(site["name"], baseline.shape, log_q.shape)
+            extra = extra - ((target - baseline.detach()) * log_q).sum()
+            if not any(baseline is b for b in fitted):
                 fitted.append(baseline)
-                fit = fit + ((signal - baseline) ** 2).sum()
-        extra = fit - score
+                extra = extra + ((target - baseline) ** 2).sum()
         return -elbo.sum() + extra - extra.detach()
+
+
+def _check_baseline_shape(site, shape, batch_shape):
+    try:
+        fits = torch.broadcast_shapes(shape, batch_shape) == batch_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise messages.baseline_shape(site, shape, batch_shape)
 
 
 class L0Objective(_DifferentiableLoss):

@@ -124,9 +124,10 @@ class Backend:
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
         return losses, params
 
-    def loss_samples(self, model, guide, *args, loss, seeds, at=None):
+    def loss_samples(self, model, guide, *args, loss, seeds, at=None, fast=False):
         """The loss and its gradients with respect to the (unconstrained) parameters, one per seed,
-        at the parameters' initial values (or those in ``at``, by name): (values (S,), {name: (S, ...)})."""
+        at the parameters' initial values (or those in ``at``, by name): (values (S,), {name: (S, ...)}).
+        ``fast``: nothing to gain here (nothing is compiled)."""
         pyro.clear_param_store()
         pyro.set_rng_seed(0)
         loss.loss(model, guide, *args)  # creates the parameters (and the loss's own)
@@ -142,13 +143,23 @@ class Backend:
                 p.grad = None
         return np.array(values), {name: np.array(g) for name, g in grads.items()}
 
+    def control_variate(self, features, hidden=4, seed=0):
+        """A RELAX network r (``features`` -> 1) with random weights in both layers, so that r is not
+        zero (the default network starts at zero): an ``nn.Module``."""
+        generator = np.random.default_rng(seed)
+        first, last = torch.nn.Linear(features, hidden), torch.nn.Linear(hidden, 1)
+        for layer, scale in ((first, 1.0), (last, 2.0)):
+            layer.weight.data = torch.tensor(generator.normal(0, scale, tuple(layer.weight.shape)))
+            layer.bias.data = torch.tensor(generator.normal(0, scale, tuple(layer.bias.shape)))
+        return torch.nn.Sequential(first, torch.nn.Tanh(), last)
+
     def autoguide(self, kind, model):
         return getattr(autoguides, kind)(model)
 
     # ------------------------------------------------------------------ models and handlers
 
-    def plate(self, name, size, subsample_size=None):
-        return pyro.plate(name, size, subsample_size=subsample_size)
+    def plate(self, name, size, subsample_size=None, dim=None):
+        return pyro.plate(name, size, subsample_size=subsample_size, dim=dim)
 
     def markov(self, iterable):
         return pyro.markov(iterable)
@@ -157,7 +168,8 @@ class Backend:
         return poutine.condition(fn, data={k: self.array(v) for k, v in data.items()})
 
     def mask(self, mask):
-        return poutine.mask(mask=self.array(mask, "bool"))
+        """A mask from NumPy, or from a tensor the model computed (a subsample of a mask, say)."""
+        return poutine.mask(mask=mask if isinstance(mask, torch.Tensor) else self.array(mask, "bool"))
 
     def scale(self, factor):
         return poutine.scale(scale=factor)
