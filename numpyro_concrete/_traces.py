@@ -13,6 +13,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 from numpyro import handlers
+from numpyro.distributions.util import is_identically_one
 from numpyro.infer.autoguide import AutoContinuous, AutoGuideList
 from numpyro.infer.util import get_importance_trace
 from numpyro.primitives import Messenger
@@ -277,6 +278,9 @@ def score_log_prob(site):
     mask weighs the site's terms in the objective, not the draw (Pyro's ``ScoreParts.scale_and_mask``
     leaves the score function alone for the same reason)."""
     base, wrappers = unwrap(site["fn"])
+    masked = any(method == "mask" for method, _ in wrappers)
+    if not masked and (site["scale"] is None or is_identically_one(site["scale"])):
+        return site["log_prob"]  # the host's own, unscaled: the same computation, not a second one
     fn = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
     return fn.log_prob(site["value"], site["intermediates"]) if site["intermediates"] else fn.log_prob(site["value"])
 

@@ -47,9 +47,9 @@ from tests.backends import BACKEND_NAMES, load_backend
 
 # draws of each loss at the first stage (four times as many fresh ones at the second): NumPyro runs
 # them in one compiled vmap, where they cost little beside the compilation; Pyro one by one
-SEEDS = {"pyro": 200, "numpyro": 2000}
+SEEDS = {"pyro": 150, "numpyro": 1500}
 FALSE_FAILURE = 1e-4  # per case
-REFERENCE_DRAWS = 3000
+REFERENCE_DRAWS = 2000
 
 # loss: (the graph it runs on, the graph whose objective it estimates, which objective)
 LOSSES = {
@@ -392,6 +392,11 @@ def machine_line():
             f"pyro {pyro.__version__}, jax {jax.__version__}, numpyro {numpyro.__version__}")
 
 
+def _read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=20, help="how many cases, from --start")
@@ -399,14 +404,13 @@ def main(argv=None):
     parser.add_argument("--case", type=int, default=None, help="one case")
     parser.add_argument("--jobs", type=int, default=1, help="processes side by side (one thread each)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, action="append", help="only these backends")
-    parser.add_argument("--out", default=None, help="append one JSON line per case here")
+    parser.add_argument("--out", default=None, help="append one JSON line per case here (the cases already there are skipped: a sweep resumes)")
     parser.add_argument("--report", default=None, help="write the report (the table of outcomes) here")
-    parser.add_argument("--from-jsonl", default=None, help="no runs: the report of the cases in this file (--out of a sweep)")
+    parser.add_argument("--from-jsonl", nargs="+", default=None, help="no runs: the report of the cases in these files (--out of sweeps)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.from_jsonl:
-        with open(args.from_jsonl) as f:
-            summaries = [json.loads(line) for line in f]
+        summaries = [summary for path in args.from_jsonl for summary in _read(path)]
         text = report(summaries, command=f"python -m tests.fuzz_estimators {' '.join(argv or sys.argv[1:])}")
         print(text, end="")
         if args.report:
@@ -418,7 +422,10 @@ def main(argv=None):
             os.environ.setdefault(variable, "1")
         os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     seeds = [args.case] if args.case is not None else list(range(args.start, args.start + args.cases))
-    summaries = []
+    summaries = _read(args.out) if args.out and os.path.exists(args.out) else []
+    done = {summary["case"] for summary in summaries}
+    summaries = [summary for summary in summaries if summary["case"] in seeds]
+    seeds = [seed for seed in seeds if seed not in done]
     start = time.time()
     for summary in _cases(seeds, args.jobs, tuple(args.backend or BACKEND_NAMES), args.verbose):
         summaries.append(summary)
