@@ -31,6 +31,7 @@ the two stages.
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -306,7 +307,7 @@ def run_case(seed, backends=BACKEND_NAMES, verbose=False):
     case = Case(seed, backends=backends)
     outcomes = case.run(verbose=verbose)
     return {
-        "case": seed, "spec": case.spec.describe(), "seconds": round(time.time() - began, 1),
+        "case": seed, "spec": case.spec.describe(), "seconds": round(time.time() - began, 1), "machine": machine_line(),
         "outcomes": [{"backend": o.backend, "loss": o.loss, "kind": o.kind, "detail": o.detail, "worst_z": round(o.worst_z, 2)} for o in outcomes],
     }
 
@@ -364,7 +365,11 @@ def report(summaries, seconds=None, command=None):
             elif outcome["kind"] not in ("unbiased", "unavailable"):
                 thirds.append((summary["case"], outcome))
     lines = [f"# {command}"] if command else []
-    lines.append(f"# {machine_line()}")
+    machines: dict = {}  # where each case ran (a case from before the field: the machine of the report)
+    for summary in summaries:
+        machines.setdefault(summary.get("machine") or machine_line(), []).append(summary["case"])
+    for machine, cases in machines.items():
+        lines.append(f"# {_ranges(cases)}: {machine}" if len(machines) > 1 else f"# {machine}")
     lines.append(f"# {len(summaries)} cases" + (f" in {seconds / 3600:.1f} h" if seconds else "")
                  + f"; draws per loss: {SEEDS} at the first stage, four times as many fresh ones at the second")
     lines += ["", "| loss | backend | unbiased | refused | no exact value | third outcomes |", "|---|---|---|---|---|---|"]
@@ -380,6 +385,18 @@ def report(summaries, seconds=None, command=None):
     return "\n".join(lines) + "\n"
 
 
+def _ranges(cases):
+    """"cases 0-99, 120-130" of a list of case numbers."""
+    cases, spans = sorted(cases), []
+    for case in cases:
+        if spans and case == spans[-1][1] + 1:
+            spans[-1][1] = case
+        else:
+            spans.append([case, case])
+    return "cases " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+@functools.lru_cache(maxsize=None)
 def machine_line():
     import platform
 
