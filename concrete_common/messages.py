@@ -120,6 +120,13 @@ def outside_plate(site, plate):
     )
 
 
+def sequential_plate(site, plate):
+    return ModelError(
+        f"site {site!r} is in plate {plate!r} iterated sequentially (for i in plate(...)): one value per element "
+        "needs a vectorized plate (with plate(...)); pass plate=None for one value of all observations"
+    )
+
+
 def global_latent(site, plate):
     return ModelError(
         f"site {site!r} is a latent outside plate {plate!r}: per-element bounds need every latent "

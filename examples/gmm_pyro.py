@@ -43,10 +43,11 @@ class GaussianMixture(PyroModule):
         self.assignment_logits = PyroParam(torch.zeros(num_points, self.num_components))
 
     def model(self, x, batch_size=None):
-        weights = pyro.sample("weights", dist.Dirichlet(torch.full((self.num_components,), 0.5)))
+        zero = x.new_zeros(())  # the priors' constants on the data's device and dtype (a GPU run)
+        weights = pyro.sample("weights", dist.Dirichlet(torch.full((self.num_components,), 0.5, dtype=x.dtype, device=x.device)))
         with pyro.plate("components", self.num_components):
-            locs = pyro.sample("locs", dist.Normal(0.0, 2.0).expand([self.dim]).to_event(1))
-        scale = pyro.sample("scale", dist.LogNormal(0.0, 1.0).expand([self.dim]).to_event(1))
+            locs = pyro.sample("locs", dist.Normal(zero, 2.0).expand([self.dim]).to_event(1))
+        scale = pyro.sample("scale", dist.LogNormal(zero, 1.0).expand([self.dim]).to_event(1))
         with pyro.plate("data", len(x), subsample_size=batch_size) as index:
             z = pyro.sample("z", Concrete(self.prior_temperature, probs=weights))
             pyro.sample("x", dist.Normal(z @ locs, scale).to_event(1), obs=x[index])

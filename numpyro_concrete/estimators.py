@@ -53,6 +53,7 @@ from ._traces import (
     replayed_model_trace,
     sample_sites,
     score_log_prob,
+    subsampled_plates,
     trace,
     with_params,
 )
@@ -264,7 +265,8 @@ class _DiscreteGraphLoss(ELBO):
     def _check_latents(self, model_trace, guide_trace, sites):
         """The guide's other latents must be reparameterized, and so must the model's latents that the
         guide does not draw (a Concrete-family one raised when the model drew it). Returns whether
-        anything but the relaxed sites is random (the worlds then rerun the guide and the model)."""
+        anything but the relaxed sites is random -- another latent, or a plate's subsample (a model
+        seeded anew would draw another) -- so that the worlds rerun the guide and the model."""
         name = type(self).__name__
         others = [site for site in sample_sites(guide_trace) if not site["is_observed"] and site["name"] not in sites]
         model_only = model_only_latents(model_trace, guide_trace)
@@ -274,7 +276,7 @@ class _DiscreteGraphLoss(ELBO):
         for site in model_only:
             if not site["fn"].has_rsample:
                 raise messages.model_only_discrete_latent(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
-        return bool(others or model_only)
+        return bool(others or model_only or subsampled_plates((model_trace, guide_trace)))
 
     def _plate_axis(self, node):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
@@ -554,7 +556,8 @@ class GumbelRao(_DiscreteGraphLoss):
     the relaxed sample behind it (sigmoid((logits + L) / t) for a binary site): the gradient of the
     discrete graph's ELBO at b, passed back through dx/dlogits with the noise G held fixed. Gumbel-Rao
     replaces dx/dlogits by its expectation given b: the mean over k noises G_i drawn given b
-    (``conditional_sample``) of softmax((logits + G_i) / t), each G_i held fixed. Its mean is
+    (``conditional_sample``) of softmax((logits + G_i) / t), each G_i held fixed (for the logits
+    and for a learned temperature t alike). Its mean is
     straight-through's for every k (E[E[grad | b]] = E[grad]); its variance falls with k. Biased, as
     straight-through is. The sites must be Concrete or BinConcrete (a log-space node's
     straight-through value carries no gradient); any number of stochastic layers; the guide's other
@@ -579,10 +582,12 @@ class GumbelRao(_DiscreteGraphLoss):
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
         # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
+        # (so that the logits and a learned temperature get straight-through's gradients)
         logits, temperature = site.base.logits, site.base.temperature
         if site.n_ary:
             temperature = jnp.expand_dims(temperature, -1)
-        y = jax.lax.stop_gradient(site.conditional((self.num_samples,))) + (logits - jax.lax.stop_gradient(logits)) / temperature
+        noise = jax.lax.stop_gradient(temperature * site.conditional((self.num_samples,)) - logits)
+        y = (logits + noise) / temperature
         soft = site.value(y).mean(0)
         return site.b + soft - jax.lax.stop_gradient(soft)
 

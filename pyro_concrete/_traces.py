@@ -80,12 +80,13 @@ class _GivenMessenger(Messenger):
 
 
 def _as_value_of(value, fn):
-    """``value`` as a tensor of the site's dtype (that of its mean, or of its logits)."""
+    """``value`` as a tensor of the site's dtype and device (those of its mean, or of its logits)."""
     if isinstance(value, torch.Tensor):
         return value
     for attribute in ("mean", "logits"):
         try:
-            return torch.as_tensor(value, dtype=getattr(fn, attribute).dtype)
+            like = getattr(fn, attribute)
+            return torch.as_tensor(value, dtype=like.dtype, device=like.device)
         except (AttributeError, NotImplementedError):
             pass
     return torch.as_tensor(value, dtype=torch.get_default_dtype())
@@ -277,7 +278,7 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     marginals = {}
     for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
-        keep = torch.zeros(value.shape[-1], dtype=torch.bool)
+        keep = torch.zeros(value.shape[-1], dtype=torch.bool, device=value.device)
         for site in kept:
             keep[layouts[name][site]] = True
         if _marginal_log_prob(joint, value, keep) is None:
@@ -294,10 +295,7 @@ def per_particle(log_prob, site, particle_dim, plate):
     log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
     keep = {log_prob.dim() + particle_dim}
     if plate is not None:
-        frames = [f for f in site["cond_indep_stack"] if f.name == plate]
-        if not frames:
-            raise messages.outside_plate(site["name"], plate)
-        keep.add(log_prob.dim() + frames[0].dim)
+        keep.add(log_prob.dim() + plate_frame(site, plate).dim)
     dims = [d for d in range(log_prob.dim()) if d not in keep]
     return log_prob.sum(dims) if dims else log_prob
 
@@ -358,10 +356,18 @@ def per_element_at_site(values, site, plate):
     batch shape (the plate's dimension where the site has it)."""
     if plate is None:
         return values
+    return values.reshape(values.shape + (1,) * (-plate_frame(site, plate).dim - 1))
+
+
+def plate_frame(site, plate):
+    """The frame of ``plate`` around a site: a ValueError where the site is outside it, or where the
+    plate is iterated sequentially (no dimension to hold one value per element)."""
     frames = [f for f in site["cond_indep_stack"] if f.name == plate]
     if not frames:
         raise messages.outside_plate(site["name"], plate)
-    return values.reshape(values.shape + (1,) * (-frames[0].dim - 1))
+    if frames[0].dim is None:
+        raise messages.sequential_plate(site["name"], plate)
+    return frames[0]
 
 
 def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=False):
@@ -405,14 +411,17 @@ def particle_traces(model, guide, args, kwargs, *, num_particles, max_plate_nest
     return (*traces, particle_dim)
 
 
-def _same_subsample(guide, args, kwargs):
-    """A wrapper that replays the subsample of every plate of one run of ``guide`` (the subsample
-    sites of Pyro's plates), so that runs one after another see the same elements."""
-    trace = poutine.trace(guide).get_trace(*args, **kwargs)
+def _same_subsample(model, guide, args, kwargs):
+    """A wrapper that replays the subsample of every plate of one run of ``guide`` and of ``model``
+    replayed against it (the subsample sites of Pyro's plates; a plate of the model alone too), so
+    that runs one after another see the same elements."""
+    guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
     subsamples = poutine.Trace()
-    for name, site in trace.nodes.items():
-        if site["type"] == "sample" and site_is_subsample(site):
-            subsamples.add_node(name, **site)
+    for traced in (guide_trace, model_trace):
+        for name, site in traced.nodes.items():
+            if site["type"] == "sample" and site_is_subsample(site) and name not in subsamples:
+                subsamples.add_node(name, **site)
     return lambda fn: poutine.replay(fn, trace=subsamples)
 
 
@@ -442,7 +451,7 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
         # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
         # over the particle dimension: then one particle at a time (a failure there is the model's own),
         # all of one subsample (the bound of an element averages its own particles)
-        same = _same_subsample(guide, args, kwargs)
+        same = _same_subsample(model, guide, args, kwargs)
         drawn = torch.cat([weights(None, same(model), same(guide)) for _ in range(num_particles)])
         warnings.warn(
             f"the model or guide does not broadcast over a leftmost particle dimension "

@@ -50,6 +50,7 @@ from ._traces import (
     log_weights,
     model_only_latents,
     per_particle,
+    plate_frame,
     replayed_model_trace,
     sample_sites,
     score_log_prob,
@@ -300,10 +301,7 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
         if self.plate is None:
             return None
-        frames = [f for f in node["cond_indep_stack"] if f.name == self.plate]
-        if not frames:
-            raise messages.outside_plate(node["name"], self.plate)
-        return node["value"].dim() - node["fn"].event_dim + frames[0].dim
+        return node["value"].dim() - node["fn"].event_dim + plate_frame(node, self.plate).dim
 
     def _check_one_layer(self, guide, args, kwargs, sites, replay):
         """Reruns the guide with the same noise and every relaxed site at another limit value, each
@@ -383,14 +381,16 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
     ``loss_and_grads``, on the sum of squares of the estimate of the guide parameters' gradient
     (a single-sample estimate of its variance, up to a constant)."""
 
-    def _tunables(self):
+    def _tunables(self, like):
+        """``eta`` and ``exp(log_temperature_scale)``, made at first use with the dtype and device of
+        ``like`` (the model's ELBO): a float64 or CUDA model gets float64 or CUDA tunables."""
         prefix = type(self).__name__
-        eta = pyro.param(f"{prefix}.eta", lambda: torch.tensor(1.0))
-        scale = pyro.param(f"{prefix}.log_temperature_scale", lambda: torch.tensor(0.0)).exp()
+        eta = pyro.param(f"{prefix}.eta", lambda: like.new_tensor(1.0))
+        scale = pyro.param(f"{prefix}.log_temperature_scale", lambda: like.new_tensor(0.0)).exp()
         return eta, scale
 
     def _control_variate(self, f_relaxed, values, sites):
-        eta, _ = self._tunables()
+        eta, _ = self._tunables(f_relaxed)
         return eta * f_relaxed
 
     def _components(self, model, guide, args, kwargs):
@@ -398,7 +398,7 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
         model_trace, guide_trace, sites, replay = self._draw(model, guide, args, kwargs)
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
-        _, scale = self._tunables()
+        _, scale = self._tunables(f_b)
         model_params = _model_params(model_trace, guide_trace)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
@@ -486,11 +486,11 @@ class RELAX(_ControlVariateLoss):
             layers = [nn.Linear(features.shape[-1], self.hidden), nn.Tanh(), nn.Linear(self.hidden, 1)]
             nn.init.zeros_(layers[-1].weight)
             nn.init.zeros_(layers[-1].bias)
-            self.control_variate = nn.Sequential(*layers).to(features.dtype)
+            self.control_variate = nn.Sequential(*layers).to(device=features.device, dtype=features.dtype)
         return pyro.module(f"{type(self).__name__}.network", self.control_variate)
 
     def _control_variate(self, f_relaxed, values, sites):
-        eta, _ = self._tunables()
+        eta, _ = self._tunables(f_relaxed)
         features = torch.cat([_per_element_features(value, site, self.plate) for value, site in zip(values.values(), sites.values())], -1)
         residual = self._network(features)(features).squeeze(-1)
         return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
@@ -529,7 +529,8 @@ class GumbelRao(_DiscreteGraphLoss):
     the relaxed sample behind it (sigmoid((logits + L) / t) for a binary site): the gradient of the
     discrete graph's ELBO at b, passed back through dx/dlogits with the noise G held fixed. Gumbel-Rao
     replaces dx/dlogits by its expectation given b: the mean over k noises G_i drawn given b
-    (``conditional_rsample``) of softmax((logits + G_i) / t), each G_i held fixed. Its mean is
+    (``conditional_rsample``) of softmax((logits + G_i) / t), each G_i held fixed (for the logits
+    and for a learned temperature t alike). Its mean is
     straight-through's for every k (E[E[grad | b]] = E[grad]); its variance falls with k. Biased, as
     straight-through is. The sites must be Concrete or BinConcrete (a log-space node's
     straight-through value carries no gradient); any number of stochastic layers; the guide's other
@@ -554,10 +555,12 @@ class GumbelRao(_DiscreteGraphLoss):
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
         # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
+        # (so that the logits and a learned temperature get straight-through's gradients)
         logits, temperature = site.base.logits, site.base.temperature
         if site.n_ary and temperature.dim() > 0:
             temperature = temperature.unsqueeze(-1)
-        y = site.conditional((self.num_samples,)).detach() + (logits - logits.detach()) / temperature
+        noise = (temperature * site.conditional((self.num_samples,)) - logits).detach()
+        y = (logits + noise) / temperature
         soft = site.value(y).mean(0)
         return site.b + soft - soft.detach()
 

@@ -57,7 +57,18 @@ def marginal_log_likelihood(
     except ValueError as error:  # raised when no parameter requires a gradient
         if "cannot be differentiated" not in str(error):
             raise
-        return torch.tensor(-elbo.loss(enumerated, no_guide, *args, **kwargs), dtype=torch.float64)
+        like = _observed_value(trace)
+        return torch.tensor(-elbo.loss(enumerated, no_guide, *args, **kwargs), dtype=like.dtype, device=like.device)
+
+
+def _observed_value(trace):
+    """A floating tensor the result should resemble (dtype, device): the first observed value's, else
+    a float64 scalar on the CPU."""
+    for site in trace.nodes.values():
+        value = site.get("value")
+        if site["type"] == "sample" and site["is_observed"] and torch.is_tensor(value) and value.is_floating_point():
+            return value
+    return torch.zeros((), dtype=torch.float64)
 
 
 def _checked_discrete_trace(model, args, kwargs, given):

@@ -139,6 +139,8 @@ def test_estimators_train_under_the_hosts_svi(backend, estimator):
     loss = getattr(backend.lib, estimator)(plate="data")
     losses, params = backend.svi(model, loss.guide(guide), backend.array(DATA), steps=5, lr=0.05, loss=loss)
     assert np.all(np.isfinite(losses)) and len(losses) == 5
+    # the loss's own parameters (eta, the temperature scale, RELAX's network) take the model's dtype
+    assert {name: str(np.asarray(value).dtype) for name, value in params.items()} == {name: "float64" for name in params}
     assert abs(float(params["scale"]) - 2.0) > 0.01 and np.all(np.abs(params["phi"] - PHI) > 0.01)
     if estimator in ("REBAR", "RELAX"):
         assert abs(float(params[f"{estimator}.eta"]) - 1.0) > 1e-4

@@ -272,3 +272,107 @@ def test_score_function_losses_without_a_score_function_site(backend, name):
     reference = exact_objectives.expected_loss(spec, initial_params(spec), "discrete", m, joint=False, draws=20000)
     loss = backend.lib.VIMCO(spec.particles, plate="data") if name == "VIMCO" else backend.lib.ScoreFunctionELBO(plate="data")
     _assert_unbiased(backend, spec, loss, "discrete", reference, 1000)
+
+
+# ----------------------------------------------------------------------------- found in review
+
+
+def test_particles_drawn_one_at_a_time_share_a_subsample_of_a_plate_of_the_model_alone(backend):
+    """A model that does not broadcast over the particles (``z.reshape(3)``: Pyro then draws them one
+    at a time), a subsampled plate that only the model opens, its latent z_n ~ Normal(loc, 1) drawn
+    from its prior (the guide draws nothing): L_3 per element, scaled to the data set, against
+    Monte Carlo in NumPy. (Pyro's particles once each drew their own subsample there: -14.2 where
+    the bound is -18.5.)"""
+    import warnings
+
+    from scipy.special import logsumexp
+
+    data, loc, m = np.array([-3.0, -1.0, 0.0, 1.0, 2.5, 4.0]), 0.5, 3
+
+    def model():
+        mean = backend.param("loc", loc)
+        with backend.plate("data", 6, subsample_size=3) as index:
+            z = backend.site("z", backend.normal(mean, 1.0))
+            backend.site("x", backend.normal(z.reshape(3), 1.0), obs=backend.array(data)[index])
+
+    def guide():
+        pass
+
+    eps = np.random.default_rng(0).standard_normal((100000, m, 1))
+
+    def bound(at):  # per draw: sum over the data of log (1/m) sum_i N(x_n; z_i, 1)
+        log_w = stats.norm.logpdf(data, at + eps, 1.0)
+        return (logsumexp(log_w, 1) - np.log(m)).sum(-1)
+
+    h = 1e-5
+    reference = exact_objectives.Reference(bound(loc), {"loc": (bound(loc + h) - bound(loc - h)) / (2 * h)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # Pyro: "drew the 3 particles one at a time"
+        values, grads = backend.loss_samples(model, guide, loss=backend.lib.ImportanceWeightedELBO(m, plate="data"), seeds=range(1, 301))
+    zs = _z_scores(values, grads, reference)
+    assert max(zs.values()) < _threshold(len(zs)), (zs, reference.value, values.mean())
+
+
+@pytest.mark.parametrize("name", ["REBAR", "DisARM"])
+def test_every_evaluation_of_an_estimator_sees_the_draws_subsample(backend, name):
+    """A global b in the guide and a subsampled plate of the model alone whose observations do not
+    depend on b: where every evaluation of the ELBO (at b, at b~, at the relaxed samples) sees the
+    draw's subsample, the data's log density cancels from the guide's gradient, seed by seed, whatever
+    the data. (NumPyro's evaluations other than the first once saw another subsample: unbiased, but
+    with the data's noise in the difference.)"""
+
+    def gradients(data):
+        def model():
+            b = backend.site("b", backend.lib.BinConcrete(0.5, logits=backend.array(0.3)))
+            with backend.plate("data", 8, subsample_size=2) as index:
+                backend.site("x", backend.normal(0.0 * b, 1.0), obs=backend.array(data)[index])
+
+        def guide():
+            phi = backend.param("phi", 0.4)
+            backend.site("b", backend.lib.BinConcrete(2 / 3, logits=phi))
+
+        loss = getattr(backend.lib, name)()
+        _, grads = backend.loss_samples(model, loss.guide(guide) if name == "REBAR" else guide, loss=loss, seeds=range(1, 41))
+        return grads["phi"]
+
+    quiet, spread = gradients(np.zeros(8)), gradients(np.linspace(-20.0, 20.0, 8))
+    assert np.abs(quiet).max() > 1e-3
+    np.testing.assert_allclose(spread, quiet, rtol=0, atol=1e-8)
+
+
+def test_gumbel_rao_gives_a_learned_temperature_straight_throughs_mean_gradient(backend):
+    """A guide temperature that is a parameter: Gumbel-Rao's mean gradient for it is
+    straight-through's, E[-f'(b) dx/dt] with x = sigmoid((phi + L) / t), b = [phi + L > 0], f the
+    discrete ELBO extended linearly (the limits' masses), by quadrature over the logistic noise L.
+    (It once got 0: only the noise given the logits was held fixed.)"""
+    from scipy import integrate
+    from scipy.special import expit, log_expit
+
+    data, prior, phi, t = np.array([0.4, 2.5]), 0.3, np.array([1.5, -1.5]), 0.5
+
+    def model():
+        with backend.plate("data", 2):
+            z = backend.site("z", backend.lib.BinConcrete(0.5, logits=backend.array([prior, prior])))
+            backend.site("x", backend.normal(6.0 * z, 1.0), obs=backend.array(data))
+
+    def guide():
+        logits, temperature = backend.param("phi", phi), backend.param("t", t)
+        with backend.plate("data", 2):
+            backend.site("z", backend.lib.BinConcrete(temperature, logits=logits))
+
+    def expected(n):  # d(-ELBO)/dt of element n, straight-through's mean
+        def integrand(u):
+            noise = np.log(u) - np.log1p(-u)
+            b = float(phi[n] + noise > 0)
+            slope = 6.0 * (data[n] - 6.0 * b) + log_expit(prior) - log_expit(-prior) - log_expit(phi[n]) + log_expit(-phi[n])
+            x = expit((phi[n] + noise) / t)
+            return -slope * x * (1 - x) * (-(phi[n] + noise) / t**2)
+
+        return integrate.quad(integrand, 0, 1, points=[expit(-phi[n])], limit=200, epsabs=1e-10)[0]
+
+    exact = expected(0) + expected(1)
+    seeds = {"pyro": 300, "numpyro": 2000}[backend.name]  # NumPyro's in one compiled loop; Pyro's one by one
+    _, grads = backend.loss_samples(model, guide, loss=backend.lib.GumbelRao(plate="data", num_samples=10), seeds=range(1, seeds + 1))
+    g = grads["t"]
+    z_score = abs(g.mean() - exact) / (g.std(ddof=1) / np.sqrt(len(g)))
+    assert abs(exact) > 0.1 and z_score < _threshold(1), (g.mean(), exact, z_score)

@@ -68,7 +68,7 @@ def _parameters(ppl, out):
 
         import torch
 
-        state = torch.load(io.BytesIO(raw), weights_only=False)["module"]
+        state = torch.load(io.BytesIO(raw), weights_only=False, map_location="cpu")["module"]  # a GPU run's too
         return [state[k].numpy() for k in sorted(state)]
     return pickle.loads(raw)["state"]
 

@@ -554,3 +554,27 @@ def test_clearing_the_carry_scores_an_own_sample_from_its_values():
     assert torch.equal(from_values, d.log_prob(z.clone()))
     underflowed = (z == 0).any(-1)
     assert underflowed.any() and not torch.isfinite(from_values[underflowed]).any()
+
+
+@pytest.mark.parametrize("make", [lambda: pc.ScoreFunctionELBO(plate="data"), lambda: pc.VIMCO(2, plate="data")])
+def test_a_loss_per_element_of_a_sequential_plate_says_it_needs_a_vectorized_one(make):
+    """``for i in pyro.plate(...)`` has no dimension to hold one value per element: a ValueError that
+    names the plate (it once failed with "unsupported operand type(s) for +: 'int' and 'NoneType'")."""
+    import pyro
+    import pyro.distributions as dist
+
+    data = torch.tensor([0.4, 2.5, -0.3, 1.8], dtype=torch.float64)
+
+    def model():
+        for i in pyro.plate("data", 4, subsample_size=2):
+            z = pyro.sample(f"z_{i}", dist.Bernoulli(torch.tensor(0.4, dtype=torch.float64)))
+            pyro.sample(f"x_{i}", dist.Normal(2.0 * z, 1.0), obs=data[i])
+
+    def guide():
+        phi = pyro.param("phi", torch.tensor(0.3, dtype=torch.float64))
+        for i in pyro.plate("data", 4, subsample_size=2):
+            pyro.sample(f"z_{i}", dist.Bernoulli(logits=phi))
+
+    pyro.clear_param_store()
+    with pytest.raises(ValueError, match=r"site 'z_\d' is in plate 'data' iterated sequentially .*vectorized plate .*plate=None"):
+        make().loss_and_grads(model, guide)
