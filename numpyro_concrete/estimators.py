@@ -581,13 +581,14 @@ class GumbelRao(_DiscreteGraphLoss):
                 f"a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
-        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
-        # (so that the logits and a learned temperature get straight-through's gradients)
+        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits,
+        # written so that y is the conditional sample bit for bit: dy/dlogits = 1 / t, dy/dt = -y / t
         logits, temperature = site.base.logits, site.base.temperature
         if site.n_ary:
             temperature = jnp.expand_dims(temperature, -1)
-        noise = jax.lax.stop_gradient(temperature * site.conditional((self.num_samples,)) - logits)
-        y = (logits + noise) / temperature
+        stop = jax.lax.stop_gradient
+        y = stop(site.conditional((self.num_samples,)))
+        y = y + (logits - stop(logits)) / temperature - y * (temperature - stop(temperature)) / temperature
         soft = site.value(y).mean(0)
         return site.b + soft - jax.lax.stop_gradient(soft)
 

@@ -554,13 +554,13 @@ class GumbelRao(_DiscreteGraphLoss):
                 f"a {type(site.base).__name__} site's straight-through value is the log (logit) of a "
                 "discrete value, which carries no gradient: write the site as Concrete / BinConcrete"
             )
-        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits
-        # (so that the logits and a learned temperature get straight-through's gradients)
+        # the noise behind each conditional sample, held fixed: y = (logits + G) / t, G = t y - logits,
+        # written so that y is the conditional sample bit for bit: dy/dlogits = 1 / t, dy/dt = -y / t
         logits, temperature = site.base.logits, site.base.temperature
         if site.n_ary and temperature.dim() > 0:
             temperature = temperature.unsqueeze(-1)
-        noise = (temperature * site.conditional((self.num_samples,)) - logits).detach()
-        y = (logits + noise) / temperature
+        y = site.conditional((self.num_samples,)).detach()
+        y = y + (logits - logits.detach()) / temperature - y * (temperature - temperature.detach()) / temperature
         soft = site.value(y).mean(0)
         return site.b + soft - soft.detach()
 
