@@ -24,14 +24,16 @@ The threshold makes a correct loss fail a case with probability below 1e-4: Bonf
 checks of the case (every parameter entry and the value, of every loss and backend), at each of
 the two stages.
 
-    python -m tests.fuzz_estimators --cases 2000 --out tests/fuzz_estimators_results.txt
+    python -m tests.fuzz_estimators --cases 2000 --jobs 2 --out sweep.jsonl --report report.txt
     python -m tests.fuzz_estimators --case 17 --verbose      # one case, every z-score
+    python -m tests.fuzz_estimators --from-jsonl tests/fuzz_sweep/*.jsonl.gz   # the committed sweep's report
 
 ``tests/test_fuzz_estimators.py`` runs a fixed list of cases in the suite.
 """
 
 import argparse
 import functools
+import gzip
 import json
 import os
 import re
@@ -413,7 +415,8 @@ def machine_line():
 
 
 def _read(path):
-    with open(path) as f:
+    """The summaries in a sweep's JSON lines (``.gz``: compressed, as committed)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
