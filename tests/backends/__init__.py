@@ -14,6 +14,11 @@ An adapter provides:
 ``make(name, temperature, logits=, probs=, dtype=, validate_args=, **kwargs)``
                                     a distribution of the package from NumPy parameters
 ``copies(x)``                       copies of a value, as users make them (``clone()``, ``x * 1.0``)
+``cpu_stand_in``                    whether float64 on the CPU catches an array made in a default
+                                    dtype or on a default device (tests/test_devices.py)
+``device(kind)``, ``put(x, device, dtype)``, ``placement(x)``
+                                    the device of a kind ("cpu", "gpu"; None where there is none), a
+                                    NumPy value as an array there, and an array's (kind, dtype name)
 ``sample(d, sample_shape, seed)``   a (reparameterized where possible) sample
 ``uniforms(d, sample_shape, seed)`` the Uniform(0, 1) noise ``sample`` used for that seed (float64)
 ``in_trace(fn, *args)``              ``fn(*args)`` as the PPL runs a model: NumPyro inside ``jax.jit``
@@ -21,20 +26,22 @@ An adapter provides:
 ``score_samples(d, scorers, sample_shape, seed)``
                                     a sample of ``d`` and its log_prob under ``d`` and each scorer
                                     (NumPyro: inside one jitted function)
-``value_and_grad(fn, *args, dtype, static)``
+``value_and_grad(fn, *args, dtype, static, device)``
                                     value and gradients of a scalar function of backend arrays;
                                     ``fn(*static, *args)`` -- NumPyro compiles and caches it per
                                     (fn, static) when ``static`` is given (module-level fn)
 ``jacobian(fn, u)``                 Jacobian matrix of a vector function
 ``biject_to(constraint)``           the PPL's biject_to
-``site(name, d, obs=None)``, ``param(name, init, dtype)``
-                                    ``pyro.sample``/``numpyro.sample`` and ``param``
+``site(name, d, obs=None)``, ``param(name, init, dtype, like)``
+                                    ``pyro.sample``/``numpyro.sample`` and ``param`` (on the device of
+                                    the array ``like``, if given)
 ``trace_guide_then_model(guide_dist, model_dist, seed)``
                                     draw site "z" from a guide, replay it into a model: returns
                                     (value, uniforms, guide log_prob, model log_prob)
-``svi(model, guide, *args, steps, lr, seed, num_particles, jit, loss)``
+``svi(model, guide, *args, steps, lr, seed, num_particles, jit, loss, raw)``
                                     run SVI with Adam and ``loss`` (default Trace_ELBO), compiled
-                                    by the PPL's tracer if ``jit``: (losses, params)
+                                    by the PPL's tracer if ``jit``: (losses, params), as NumPy or
+                                    (``raw``) as the PPL returns them
 ``loss_samples(model, guide, *args, loss, seeds)``
                                     the loss and its parameter gradients at the initial
                                     parameters, one per seed: (values, {name: gradients})
@@ -51,7 +58,7 @@ An adapter provides:
 ``enum_loss(model, guide, *args)``  TraceEnum_ELBO's loss
 ``elbo_loss(model, guide, *args, seed, num_particles, loss)``
                                     the loss (default Trace_ELBO) for that seed
-``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed)``
+``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed, raw)``
                                     the library's helper, seeded, with NumPy params
 
 Host generic suite (``tests/test_host_generic.py``):

@@ -27,6 +27,7 @@ class Backend:
     name = "numpyro"
     particles_by_vmap = True  # how discrete_log_likelihood draws m particles: vmap: any model works
     lib = numpyro_concrete
+    cpu_stand_in = False  # tests/test_devices.py: JAX makes arrays in the x64 mode's dtype on the default device: nothing to catch on the CPU
 
     def reset(self):
         """Forget parameters of earlier tests."""
@@ -41,6 +42,22 @@ class Backend:
 
     def numpy(self, x):
         return np.asarray(x)
+
+    def device(self, kind):
+        """The device of that kind ("cpu" or "gpu"), or None where this machine has none."""
+        try:
+            return jax.devices(kind)[0]
+        except RuntimeError:  # no such platform (or JAX_PLATFORMS leaves it out)
+            return None
+
+    def put(self, x, device, dtype="float64"):
+        """A NumPy value as an array on ``device``."""
+        return jax.device_put(jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype]), device)
+
+    def placement(self, x):
+        """(device kind, dtype name) of an array: ("gpu", "float64")."""
+        (device,) = x.devices()
+        return ("gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform), str(x.dtype)
 
     def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None, **kwargs):
         def convert(x):
@@ -73,8 +90,10 @@ class Backend:
         value, log_probs = _score_samples(d, tuple(scorers), tuple(sample_shape), jax.random.PRNGKey(seed))
         return np.asarray(value), [np.asarray(lp) for lp in log_probs]
 
-    def value_and_grad(self, fn, *args, dtype="float64", static=None):
+    def value_and_grad(self, fn, *args, dtype="float64", static=None, device=None):
         args = [jnp.asarray(np.asarray(a), dtype=_DTYPES[dtype]) for a in args]
+        if device is not None:
+            args = [jax.device_put(a, device) for a in args]
         if static is None:  # a closure: eager, sharing JAX's per-operation compile cache
             value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(args))))(*args)
         else:  # a module-level function: one compiled gradient per (fn, static, shapes)
@@ -92,8 +111,12 @@ class Backend:
     def site(self, name, d, obs=None, infer=None):
         return numpyro.sample(name, d, obs=obs, infer=infer)
 
-    def param(self, name, init, dtype="float64"):
-        return numpyro.param(name, jnp.asarray(np.asarray(init), dtype=_DTYPES[dtype]))
+    def param(self, name, init, dtype="float64", like=None):
+        """``like``: an array whose device the parameter takes (the data's, as users write it)."""
+        value = jnp.asarray(np.asarray(init), dtype=_DTYPES[dtype])
+        if like is not None and not isinstance(like, jax.core.Tracer):  # (under jit the computation places it)
+            value = jax.device_put(value, next(iter(like.devices())))
+        return numpyro.param(name, value)
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         """Inside ``jax.jit``, as in a jitted SVI step: the model's site receives a tracer."""
@@ -102,8 +125,9 @@ class Backend:
         u = self._uniforms(guide_dist, (), jax.random.split(key)[1])  # the key `seed` hands the site
         return np.asarray(value), u, np.asarray(guide_log_prob), np.asarray(model_log_prob)
 
-    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None):
-        """``jax.jit(svi.update)`` step by step, or ``svi.run`` (one compiled loop) if ``jit``."""
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None, raw=False):
+        """``jax.jit(svi.update)`` step by step, or ``svi.run`` (one compiled loop) if ``jit``.
+        ``raw``: the losses and parameters as the PPL returns them, not NumPy."""
         svi = SVI(model, guide, numpyro.optim.Adam(lr), loss or Trace_ELBO(num_particles=num_particles))
         key = jax.random.PRNGKey(seed)
         if jit:
@@ -115,6 +139,8 @@ class Backend:
         for _ in range(steps):
             state, loss = update(state, *args)
             losses.append(loss)
+        if raw:
+            return losses, svi.get_params(state)
         return np.asarray(losses), {k: np.asarray(v) for k, v in svi.get_params(state).items()}
 
     def loss_samples(self, model, guide, *args, loss, seeds, at=None, fast=False):
@@ -237,12 +263,12 @@ class Backend:
         # under jit, as SVI evaluates it (one compilation instead of one per operation)
         return float(jax.jit(lambda key: elbo.loss(key, {}, model, guide, *args))(jax.random.PRNGKey(seed)))
 
-    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0):
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0, raw=False):
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
         bound = self.lib.discrete_log_likelihood(
             model, guide, *args, num_particles=num_particles, plate=plate, params=params, given=given, rng_key=jax.random.PRNGKey(seed)
         )
-        return np.asarray(bound)
+        return bound if raw else np.asarray(bound)
 
     def sample_assignment(self, model, *args, given=None, seed=0):
         return self.lib.sample_assignment(model, *args, given=given, rng_key=jax.random.PRNGKey(seed))

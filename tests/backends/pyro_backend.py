@@ -20,6 +20,7 @@ class Backend:
     name = "pyro"
     particles_by_vmap = False  # how discrete_log_likelihood draws m particles: a plate left of the model's plates: the model must broadcast over it
     lib = pyro_concrete
+    cpu_stand_in = True  # tests/test_devices.py: torch makes a new tensor in float32 on the CPU unless told: the CPU in float64 shows it
 
     def reset(self):
         """Forget parameters of earlier tests."""
@@ -34,6 +35,20 @@ class Backend:
 
     def numpy(self, x):
         return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+    def device(self, kind):
+        """The device of that kind ("cpu" or "gpu"), or None where this machine has none."""
+        if kind == "cpu":
+            return torch.device("cpu")
+        return torch.device("cuda") if torch.cuda.is_available() else None
+
+    def put(self, x, device, dtype="float64"):
+        """A NumPy value as an array on ``device``."""
+        return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype], device=device)
+
+    def placement(self, x):
+        """(device kind, dtype name) of an array: ("gpu", "float64")."""
+        return ("gpu" if x.device.type == "cuda" else x.device.type), str(x.dtype).removeprefix("torch.")
 
     def make(self, name, temperature, *, logits=None, probs=None, dtype="float64", validate_args=None, **kwargs):
         def convert(x):
@@ -68,11 +83,11 @@ class Backend:
         value = self.sample(d, sample_shape, seed)
         return self.numpy(value), [self.numpy(s.log_prob(value)) for s in (d, *scorers)]
 
-    def value_and_grad(self, fn, *args, dtype="float64", static=None):
-        leaves = [torch.tensor(np.asarray(a), dtype=_DTYPES[dtype], requires_grad=True) for a in args]
+    def value_and_grad(self, fn, *args, dtype="float64", static=None, device=None):
+        leaves = [torch.tensor(np.asarray(a), dtype=_DTYPES[dtype], device=device, requires_grad=True) for a in args]
         out = fn(*(static or ()), *leaves)
         grads = torch.autograd.grad(out, leaves, allow_unused=True)
-        grads = [np.zeros(a.shape) if g is None else g.numpy() for a, g in zip(args, grads)]
+        grads = [np.zeros(np.shape(a)) if g is None else self.numpy(g) for a, g in zip(args, grads)]
         return out.item(), grads
 
     def jacobian(self, fn, u):
@@ -87,9 +102,11 @@ class Backend:
     def site(self, name, d, obs=None, infer=None):
         return pyro.sample(name, d, obs=obs, infer=infer)
 
-    def param(self, name, init, dtype="float64"):
+    def param(self, name, init, dtype="float64", like=None):
+        """``like``: an array whose device the parameter takes (the data's, as users write it)."""
+        device = None if like is None else like.device
         # a copy: torch.as_tensor would share the caller's array, which the optimizer then updates in place
-        return pyro.param(name, lambda: torch.tensor(np.asarray(init), dtype=_DTYPES[dtype]))
+        return pyro.param(name, lambda: torch.tensor(np.asarray(init), dtype=_DTYPES[dtype], device=device))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         def guide():
@@ -113,14 +130,18 @@ class Backend:
             self.numpy(model_trace.nodes["z"]["log_prob"]),
         )
 
-    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None):
+    def svi(self, model, guide, *args, steps, lr, seed=0, num_particles=1, jit=False, loss=None, raw=False):
+        """``raw``: the losses and parameters as the PPL returns them, not NumPy."""
         pyro.clear_param_store()
         pyro.set_rng_seed(seed)
         elbo_class = JitTrace_ELBO if jit else Trace_ELBO
         kwargs = {"ignore_jit_warnings": True} if jit else {}
         elbo = loss or elbo_class(num_particles=num_particles, vectorize_particles=num_particles > 1, **kwargs)
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
-        losses = np.array([svi.step(*args) for _ in range(steps)])
+        losses = [svi.step(*args) for _ in range(steps)]
+        if raw:
+            return losses, dict(pyro.get_param_store().items())
+        losses = np.array(losses)
         params = {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
         return losses, params
 
@@ -227,11 +248,11 @@ class Backend:
         elbo = loss or Trace_ELBO(num_particles=num_particles, vectorize_particles=num_particles > 1)
         return elbo.loss(model, guide, *args)
 
-    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0):
+    def discrete_log_likelihood(self, model, guide, *args, num_particles=1, plate=None, params=None, given=None, seed=0, raw=False):
         pyro.set_rng_seed(seed)
         params = None if params is None else {k: self.array(v) for k, v in params.items()}
         bound = self.lib.discrete_log_likelihood(model, guide, *args, num_particles=num_particles, plate=plate, params=params, given=given)
-        return self.numpy(bound)
+        return bound if raw else self.numpy(bound)
 
     def sample_assignment(self, model, *args, given=None, seed=0):
         pyro.set_rng_seed(seed)
