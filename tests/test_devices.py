@@ -66,7 +66,7 @@ DENSITIES = [*NAMES, "HardConcrete"]
 @pytest.mark.parametrize("name", DENSITIES)
 def test_a_distribution_samples_and_scores_where_its_parameters_are(backend, place, name):
     kind, device = place
-    logits = backend.put(_value(name, LOGITS, BINARY_LOGITS), device)
+    logits = backend.array(_value(name, LOGITS, BINARY_LOGITS), device=device)
     d = getattr(backend.lib, name)(0.5, logits=logits)
     sample = backend.sample(d, (4,), seed=1)
     _assert_placed(backend, kind, {"sample": sample, "log_prob": d.log_prob(sample)})
@@ -81,7 +81,7 @@ def test_a_density_and_its_gradient_are_the_cpus(backend, place, name):
 
     def log_density(temperature, logits):
         d = getattr(backend.lib, name)(temperature, logits=logits)
-        return d.log_prob(backend.put(value, device)).sum()
+        return d.log_prob(backend.array(value, device=device)).sum()
 
     cpu = backend.value_and_grad(log_density, 0.5, logits, device=backend.device("cpu"))
     here = backend.value_and_grad(log_density, 0.5, logits, device=device)
@@ -93,7 +93,7 @@ def test_a_density_and_its_gradient_are_the_cpus(backend, place, name):
 @pytest.mark.parametrize("name", ["ConcreteStraightThrough", "BinConcreteStraightThrough"])
 def test_a_straight_through_sample_and_its_score_are_where_its_parameters_are(backend, place, name):
     kind, device = place
-    logits = backend.put(LOGITS if name == "ConcreteStraightThrough" else BINARY_LOGITS, device)
+    logits = backend.array(LOGITS if name == "ConcreteStraightThrough" else BINARY_LOGITS, device=device)
     d = getattr(backend.lib, name)(0.5, logits=logits)
     sample = backend.sample(d, (4,), seed=1)
     _assert_placed(backend, kind, {"sample": sample})
@@ -105,7 +105,7 @@ def test_a_straight_through_sample_and_its_score_are_where_its_parameters_are(ba
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_a_conditional_sample_is_where_its_parameters_are(backend, place, name):
     kind, device = place
-    logits = backend.put(_value(name, LOGITS, BINARY_LOGITS), device)
+    logits = backend.array(_value(name, LOGITS, BINARY_LOGITS), device=device)
     d = getattr(backend.lib, name)(0.5, logits=logits)
     hard = backend.sample(d.discrete(), (4,), seed=2)
     relaxed = backend.conditional_sample(d, hard, (), seed=3)
@@ -129,11 +129,11 @@ LOSSES = {
 }
 
 
-def _binary(backend, x):
+def _binary(backend, device):
     """z_n ~ BinConcrete(1/2, PRIOR_LOGITS) relaxed, x_n ~ Normal(scale z_n, 1), ``scale`` the model's
     parameter; guide z_n ~ BinConcrete(2/3, phi_n) with a learned baseline of the plate's shape (read
-    by the score-function losses). Every array made where ``x`` is."""
-    prior_logits = backend.put(PRIOR_LOGITS, _device_of(backend, x))
+    by the score-function losses). Every array made on ``device``."""
+    prior_logits = backend.array(PRIOR_LOGITS, device=device)
 
     def model(x):
         scale = backend.param("scale", 2.0, like=x)
@@ -150,10 +150,6 @@ def _binary(backend, x):
     return model, guide
 
 
-def _device_of(backend, x):
-    return backend.device(backend.placement(x)[0])
-
-
 def _binary_elbo(phi=PHI, scale=2.0):
     """The discrete graph's ELBO, by enumerating z_n (as tests/test_estimators.py)."""
     total = 0.0
@@ -164,8 +160,8 @@ def _binary_elbo(phi=PHI, scale=2.0):
     return total.sum()
 
 
-def _versions(backend, loss_name, x):
-    model, guide = _binary(backend, x)
+def _versions(backend, loss_name, device):
+    model, guide = _binary(backend, device)
     kwargs, discrete, _ = LOSSES[loss_name]
     loss = getattr(backend.lib, loss_name)(**kwargs)
     if discrete:
@@ -178,8 +174,8 @@ def test_a_loss_trains_where_the_model_is(backend, place, loss_name):
     """Two SVI steps: finite losses, and every parameter -- the model's, the guide's and the loss's
     own (eta, the temperature scale, RELAX's network) -- on the data's device, in its dtype."""
     kind, device = place
-    x = backend.put(DATA, device)
-    loss, model, guide = _versions(backend, loss_name, x)
+    x = backend.array(DATA, device=device)
+    loss, model, guide = _versions(backend, loss_name, device)
     losses, params = backend.svi(model, guide, x, steps=2, lr=0.01, loss=loss, raw=True)
     assert np.all(np.isfinite([float(value) for value in losses]))
     _assert_placed(backend, kind, params)
@@ -188,12 +184,12 @@ def test_a_loss_trains_where_the_model_is(backend, place, loss_name):
 
 def test_the_hard_concrete_objective_trains_where_the_model_is(backend, place):
     kind, device = place
-    x = backend.put(DATA, device)
+    x = backend.array(DATA, device=device)
 
     def model(x):
         weight = backend.param("weight", 1.0, like=x)
         with backend.plate("data", 2):
-            gate = backend.site("gate", backend.lib.HardConcrete(2 / 3, logits=backend.put(PRIOR_LOGITS, device)))
+            gate = backend.site("gate", backend.lib.HardConcrete(2 / 3, logits=backend.array(PRIOR_LOGITS, device=device)))
             backend.site("x", backend.normal(weight * gate, 1.0), obs=x)
 
     def guide(x):
@@ -214,8 +210,8 @@ def test_the_unbiased_losses_estimate_the_elbo_on_a_gpu(backend, loss_name):
     device = backend.device("gpu")
     if device is None:
         pytest.skip(f"no gpu device for {backend.name} on this machine")
-    x = backend.put(DATA, device)
-    loss, model, guide = _versions(backend, loss_name, x)
+    x = backend.array(DATA, device=device)
+    loss, model, guide = _versions(backend, loss_name, device)
     values, _ = backend.loss_samples(model, guide, x, loss=loss, seeds=range(1, SEEDS + 1))
     z = (values.mean() + _binary_elbo()) / (values.std(ddof=1) / np.sqrt(len(values)))
     assert abs(z) < 5, (values.mean(), -_binary_elbo())
@@ -229,7 +225,7 @@ POINTS = np.array([-2.5, 0.3, 3.0, 1.4])
 
 
 def _mixture(backend, device):
-    means, logits = backend.put(MEANS, device), backend.put(MIXTURE_LOGITS, device)
+    means, logits = backend.array(MEANS, device=device), backend.array(MIXTURE_LOGITS, device=device)
 
     def model(x=None):
         with backend.plate("data", len(POINTS)):
@@ -247,7 +243,7 @@ def test_the_test_time_helpers_answer_where_the_data_are(backend, place):
     """marginal_log_likelihood, map_assignment, discrete_log_likelihood (the exact posterior as the
     guide: the marginal) and Predictive with infer_discrete: on the data's device, and exact."""
     kind, device = place
-    model, x = _mixture(backend, device), backend.put(POINTS, device)
+    model, x = _mixture(backend, device), backend.array(POINTS, device=device)
     marginal = backend.lib.marginal_log_likelihood(model, x)
     assignment = backend.lib.map_assignment(model, x)
     _assert_placed(backend, kind, {"marginal": marginal, "map": assignment["z"]})
@@ -255,7 +251,7 @@ def test_the_test_time_helpers_answer_where_the_data_are(backend, place):
     np.testing.assert_array_equal(backend.numpy(assignment["z"]).argmax(-1), _brute_force().argmax(1))
 
     posterior = _brute_force() - logsumexp(_brute_force(), 1, keepdims=True)
-    posterior_logits = backend.put(posterior, device)
+    posterior_logits = backend.array(posterior, device=device)
 
     def guide(x=None):
         with backend.plate("data", len(POINTS)):

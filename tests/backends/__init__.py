@@ -16,9 +16,9 @@ An adapter provides:
 ``copies(x)``                       copies of a value, as users make them (``clone()``, ``x * 1.0``)
 ``cpu_stand_in``                    whether float64 on the CPU catches an array made in a default
                                     dtype or on a default device (tests/test_devices.py)
-``device(kind)``, ``put(x, device, dtype)``, ``placement(x)``
-                                    the device of a kind ("cpu", "gpu"; None where there is none), a
-                                    NumPy value as an array there, and an array's (kind, dtype name)
+``device(kind)``, ``placement(x)``  the device of a kind ("cpu", "gpu"; None where there is none)
+                                    and an array's (kind, dtype name); ``array(x, dtype, device)``
+                                    puts a NumPy value there
 ``sample(d, sample_shape, seed)``   a (reparameterized where possible) sample
 ``uniforms(d, sample_shape, seed)`` the Uniform(0, 1) noise ``sample`` used for that seed (float64)
 ``in_trace(fn, *args)``              ``fn(*args)`` as the PPL runs a model: NumPyro inside ``jax.jit``

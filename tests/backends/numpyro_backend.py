@@ -33,8 +33,9 @@ class Backend:
         """Forget parameters of earlier tests."""
         pass  # NumPyro keeps no global state between calls
 
-    def array(self, x, dtype="float64"):
-        return jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype])
+    def array(self, x, dtype="float64", device=None):
+        value = jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype])
+        return value if device is None else jax.device_put(value, device)
 
     def copies(self, x):
         """Copies of a value that the PPL's users make: new arrays, same content."""
@@ -49,10 +50,6 @@ class Backend:
             return jax.devices(kind)[0]
         except RuntimeError:  # no such platform (or JAX_PLATFORMS leaves it out)
             return None
-
-    def put(self, x, device, dtype="float64"):
-        """A NumPy value as an array on ``device``."""
-        return jax.device_put(jnp.asarray(np.asarray(x), dtype=_DTYPES[dtype]), device)
 
     def placement(self, x):
         """(device kind, dtype name) of an array: ("gpu", "float64")."""
@@ -91,9 +88,7 @@ class Backend:
         return np.asarray(value), [np.asarray(lp) for lp in log_probs]
 
     def value_and_grad(self, fn, *args, dtype="float64", static=None, device=None):
-        args = [jnp.asarray(np.asarray(a), dtype=_DTYPES[dtype]) for a in args]
-        if device is not None:
-            args = [jax.device_put(a, device) for a in args]
+        args = [self.array(a, dtype, device) for a in args]
         if static is None:  # a closure: eager, sharing JAX's per-operation compile cache
             value, grads = jax.value_and_grad(fn, argnums=tuple(range(len(args))))(*args)
         else:  # a module-level function: one compiled gradient per (fn, static, shapes)
@@ -113,10 +108,8 @@ class Backend:
 
     def param(self, name, init, dtype="float64", like=None):
         """``like``: an array whose device the parameter takes (the data's, as users write it)."""
-        value = jnp.asarray(np.asarray(init), dtype=_DTYPES[dtype])
-        if like is not None and not isinstance(like, jax.core.Tracer):  # (under jit the computation places it)
-            value = jax.device_put(value, next(iter(like.devices())))
-        return numpyro.param(name, value)
+        placed = like is not None and not isinstance(like, jax.core.Tracer)  # (under jit the computation places it)
+        return numpyro.param(name, self.array(init, dtype, next(iter(like.devices())) if placed else None))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         """Inside ``jax.jit``, as in a jitted SVI step: the model's site receives a tracer."""

@@ -26,8 +26,8 @@ class Backend:
         """Forget parameters of earlier tests."""
         pyro.clear_param_store()
 
-    def array(self, x, dtype="float64"):
-        return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype])
+    def array(self, x, dtype="float64", device=None):
+        return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype], device=device)
 
     def copies(self, x):
         """Copies of a value that the PPL's users make: new memory, same content."""
@@ -41,10 +41,6 @@ class Backend:
         if kind == "cpu":
             return torch.device("cpu")
         return torch.device("cuda") if torch.cuda.is_available() else None
-
-    def put(self, x, device, dtype="float64"):
-        """A NumPy value as an array on ``device``."""
-        return torch.tensor(np.asarray(x), dtype=_DTYPES[dtype], device=device)
 
     def placement(self, x):
         """(device kind, dtype name) of an array: ("gpu", "float64")."""
@@ -84,7 +80,7 @@ class Backend:
         return self.numpy(value), [self.numpy(s.log_prob(value)) for s in (d, *scorers)]
 
     def value_and_grad(self, fn, *args, dtype="float64", static=None, device=None):
-        leaves = [torch.tensor(np.asarray(a), dtype=_DTYPES[dtype], device=device, requires_grad=True) for a in args]
+        leaves = [self.array(a, dtype, device).requires_grad_() for a in args]
         out = fn(*(static or ()), *leaves)
         grads = torch.autograd.grad(out, leaves, allow_unused=True)
         grads = [np.zeros(np.shape(a)) if g is None else self.numpy(g) for a, g in zip(args, grads)]
@@ -105,8 +101,8 @@ class Backend:
     def param(self, name, init, dtype="float64", like=None):
         """``like``: an array whose device the parameter takes (the data's, as users write it)."""
         device = None if like is None else like.device
-        # a copy: torch.as_tensor would share the caller's array, which the optimizer then updates in place
-        return pyro.param(name, lambda: torch.tensor(np.asarray(init), dtype=_DTYPES[dtype], device=device))
+        # a copy (self.array: torch.tensor): torch.as_tensor would share the caller's array, which the optimizer then updates in place
+        return pyro.param(name, lambda: self.array(init, dtype, device))
 
     def trace_guide_then_model(self, guide_dist, model_dist, seed=0):
         def guide():
