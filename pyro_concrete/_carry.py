@@ -79,6 +79,8 @@ class Carry:
         relaxed sample is exp / sigmoid of the coordinates; ``LOG_SIMPLEX``, ``REAL``: ``value`` is an
         ExpConcrete (LogitBinConcrete) sample, its own coordinates, all finite, and ``coordinates`` is
         None). Returns value."""
+        if _traced():
+            return _attach_traced(value, coordinates, kind)
         try:
             storage = value.untyped_storage()
             key = storage._cdata
@@ -115,6 +117,8 @@ class Carry:
         """The coordinates carried by ``value`` (a sample of one of the ``kinds``, or a view of one),
         with the autograd graph of the sampler, or None. For transforms and reparametrizers;
         ``log_prob`` uses :meth:`scoring_coordinates`."""
+        if _traced():
+            return _traced_coordinates(value, kinds, link=False)
         found = self._lookup(value, kinds)
         return None if found is None else found[2]
 
@@ -127,6 +131,8 @@ class Carry:
         (``dy/dx``, computed stably from y), so that a density can be differentiated with respect to
         its sample. An ExpConcrete / LogitBinConcrete sample is its own coordinates: the value is
         returned."""
+        if _traced():
+            return _traced_coordinates(value, kinds, link=True)
         found = self._lookup(value, kinds)
         if found is None:
             return None
@@ -177,7 +183,97 @@ carry = Carry()  # the registry of this process, which every distribution of the
 
 def show(y, kind):
     """The sample ``x = exp(y)`` (``kind`` LOG) or ``sigmoid(y)`` (LOGIT), attached with its coordinates ``y``."""
+    if _traced():
+        return carry.attach(torch.sigmoid(y) if kind.binary else torch.exp(y), y, kind)
     return carry.attach(_Show.apply(y, kind.binary), y, kind)
+
+
+# ----------------------------------------------------------------------------- traced: torch.compile, torch.func
+# Dynamo cannot key a registry by memory (it guards on the dictionary, and recompiles as it grows),
+# and functorch's wrapped tensors have no storage. There the coordinates ride on the sample object
+# itself, an attribute both follow; views and copies of it are scored from their values, and a
+# sample whose content changed after it was drawn (compared in full, in the graph) scores NaN: a
+# traced function cannot raise on data.
+
+_ATTRIBUTE = "_concrete_coordinates"
+
+
+def _traced():
+    """Whether this runs under torch.compile's tracer or inside a torch.func transform."""
+    return torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def _attach_traced(value, coordinates, kind):
+    setattr(value, _ATTRIBUTE, (coordinates, kind, value.detach().clone()))
+    return value
+
+
+def _traced_coordinates(value, kinds, link):
+    """The coordinates attached to the object ``value`` (NaN where its content changed since), or
+    None; an ExpConcrete / LogitBinConcrete sample is scored from its value (its own coordinates)."""
+    attached = getattr(value, _ATTRIBUTE, None)
+    if attached is None or attached[1] not in kinds or attached[0] is None:
+        return None
+    y, kind, drawn = attached
+    same = value.detach() == drawn
+    if kind.n_ary:
+        same = same.all(-1, keepdim=True)
+    y = torch.where(same, y, torch.nan)
+    if not link:
+        return y
+    # Dynamo does not trace an autograd.Function with a jvp; functorch's forward mode needs one
+    link_class = _CompiledLink if torch.compiler.is_compiling() else _TracedLink
+    return link_class.apply(value, y, kind.binary)
+
+
+class _CompiledLink(torch.autograd.Function):
+    """:class:`_Link` without the hand-over to the sampler's node: the coordinates y forward; g
+    split between the value (``g dy/dx`` where within the bound) and y (the rest) backward."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(value, y, logit):
+        return y.view_as(y)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, y, ctx.logit = inputs
+        ctx.save_for_backward(y)
+        ctx.save_for_forward(y)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g):
+        if g is None:
+            return None, None, None
+        (y,) = ctx.saved_tensors
+        slope = _traced_slope(y, ctx.logit)
+        quotient = g / slope
+        gx = torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)  # False at NaN
+        return gx, g - gx * slope, None
+
+
+class _TracedLink(_CompiledLink):
+    """:class:`_CompiledLink` with forward mode, for torch.func's ``jvp`` and ``jacfwd``."""
+
+    @staticmethod
+    def jvp(ctx, value_dot, y_dot, *_):
+        if y_dot is not None:
+            return y_dot.view_as(y_dot)
+        if value_dot is None:
+            return None
+        (y,) = ctx.saved_tensors
+        quotient = value_dot / _traced_slope(y, ctx.logit)
+        return torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)
+
+
+def _traced_slope(y, logit):
+    """dx/dy of the relaxed sample x = exp(y) (sigmoid(y)), from y."""
+    if logit:
+        x = torch.sigmoid(y)
+        return x * (1 - x)
+    return torch.exp(y)
 
 
 def _drop(entries, key, ref):

@@ -25,7 +25,7 @@ def uniform(shape, like):
     ``1 - eps/2``, is already below 1.
     """
     u = torch.rand(shape, dtype=like.dtype, device=like.device)
-    return u.clamp_(min=torch.finfo(like.dtype).tiny)
+    return u.clamp(min=torch.finfo(like.dtype).tiny)  # not clamp_: torch.func.vmap has no rule for it
 
 
 def gumbel(shape, like):

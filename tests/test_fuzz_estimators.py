@@ -20,17 +20,23 @@ CASES = {
 }
 
 
+# Each case in one backend, the backends alternating, so that each backend meets three of them and
+# the suite keeps its time budget (both backends on every case: the sweep).
+BACKEND_OF = {17: "pyro", 39: "numpyro", 14: "pyro", 41: "numpyro", 6: "pyro", 24: "numpyro"}
+
+
 @pytest.mark.parametrize("seed", list(CASES))
 def test_every_loss_is_unbiased_or_refuses_as_documented(seed):
-    case = fuzz_estimators.Case(seed)
+    case = fuzz_estimators.Case(seed, backends=(BACKEND_OF[seed],))
     outcomes = case.run()
     third = [(o.backend, o.loss, o.kind, o.detail) for o in outcomes if o.third]
     assert not third, (case.spec.describe(), third)
-    assert {o.backend for o in outcomes if o.kind == "unbiased"} == {"pyro", "numpyro"}, (case.spec.describe(), outcomes)
+    assert {o.backend for o in outcomes if o.kind == "unbiased"} == {BACKEND_OF[seed]}, (case.spec.describe(), outcomes)
 
 
 def test_the_cases_hold_what_they_were_chosen_for():
     """The generator is part of the test: a change to it would silently test other models."""
+    assert set(BACKEND_OF) == set(CASES) and set(BACKEND_OF.values()) == {"pyro", "numpyro"}
     described = {seed: random_models.generate(seed).describe() for seed in CASES}
     assert "data 3/2" in described[17] and "ExpConcrete3" in described[17]
     assert "inner 3/2" in described[39] and "z1=Normal@inner/both<-z0,q:z0" in described[39]
