@@ -18,7 +18,9 @@ hand-written floor; the memory-traffic floor.
 detects edits of a sample that bypass torch's version counter (``_carry``): comparing the whole
 sample with a copy on every recall, as a paired ratio of fwd+grad times with validation on.
 
-Run: ``python -m bench.kernels`` (``--quick`` for a short smoke run).
+Run: ``python -m bench.kernels`` (``--quick`` for a short smoke run; ``--device cuda`` for the torch
+half on a GPU, each timed call then ending with ``torch.cuda.synchronize()``; JAX runs on its default
+backend, a GPU where jax has one).
 """
 
 import argparse
@@ -39,6 +41,7 @@ from bench.harness import calls_per_block, interleaved, interleaved_times, machi
 WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000)}
 NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
 T = 0.5
+DEVICE = torch.device("cpu")  # the torch contestants' (--device)
 
 
 # ----------------------------------------------------------------------------- torch
@@ -89,10 +92,11 @@ TORCH_ANCHORS = {
 
 
 def torch_contestants(name, shape, grad):
-    logits = torch.randn(shape)
+    logits = torch.randn(shape).to(DEVICE)
     if name in ("BinConcrete", "LogitBinConcrete"):
         logits = logits.reshape(shape[0], -1)
-    temperature = torch.tensor(T)
+    temperature = torch.tensor(T, device=DEVICE)
+    synchronize = torch.cuda.synchronize if DEVICE.type == "cuda" else (lambda: None)
 
     def timed(fn):
         if grad:
@@ -101,10 +105,12 @@ def torch_contestants(name, shape, grad):
             def call():
                 leaf.grad = None
                 fn(leaf).backward()
+                synchronize()
         else:
             def call():
                 with torch.no_grad():
                     fn(logits)
+                synchronize()
 
         return call
 
@@ -321,11 +327,14 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=0.2, help="length of a timed block")
     parser.add_argument("--workload", action="append", choices=list(WORKLOADS), help="default: all")
     parser.add_argument("--distribution", action="append", choices=list(NAMES), help="default: all")
+    parser.add_argument("--device", default="cpu", help="the torch contestants' device (cpu, cuda)")
     parser.add_argument(
         "--content-check", action="store_true",
         help="instead: what comparing the whole sample on every recall would cost over sentinel rows (torch)",
     )
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     workloads = args.workload or list(WORKLOADS)
     if args.quick:
         workloads, args.repetitions, args.seconds = ["W3"], 2, 0.01

@@ -20,7 +20,9 @@ Repetitions are interleaved (each contestant runs a block of steps in turn), aft
 compilation; the table gives the median milliseconds per step over the repetitions and, as ratios, the median over
 the repetitions of each contestant's time over the floor's time in the same repetition.
 
-Run: ``python -m bench.svi`` (``--quick`` for a few short repetitions).
+Run: ``python -m bench.svi`` (``--quick`` for a few short repetitions; ``--device cuda`` for the torch
+contestants on a GPU, each block of steps then ending with ``torch.cuda.synchronize()``; JAX runs on
+its default backend, a GPU where jax has one).
 """
 
 import math
@@ -130,12 +132,15 @@ class _TorchFloor(torch.nn.Module):
 # ----------------------------------------------------------------------------- contestants
 
 
-def contestants(dataset):
-    """name -> a function running n steps from the current state (each keeps its own state)."""
+def contestants(dataset, device="cpu"):
+    """name -> a function running n steps from the current state (each keeps its own state); the
+    torch contestants on ``device``."""
+    device = torch.device(device)
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     train_np = dataset.train
     batches = [train_np[data.batch_indices(len(train_np), BATCH, 0, i)] for i in range(64)]
     jax_batches = [jnp.asarray(b) for b in batches]
-    torch_batches = [torch.as_tensor(b) for b in batches]
+    torch_batches = [torch.as_tensor(b, device=device) for b in batches]
     base_rate = train_np.mean(0)
     result = {}
 
@@ -174,7 +179,7 @@ def contestants(dataset):
                                ("pyro SVI.step (JitTrace_ELBO)", True, False)):
         torch.manual_seed(0)
         pvae = pyro_example.DiscreteVAE(dataset.dim, [pyro_example.NodeLayer(UNITS, 2)], True, (PRIOR_T, POSTERIOR_T),
-                                        torch.as_tensor(base_rate), False)
+                                        torch.as_tensor(base_rate), False).to(device)
         pvae.name = f"dvae{len(result)}"  # its own parameters in Pyro's store
         step = pyro_example.make_step(pvae, pyro_training.adam(LR, fused=True), jit=jit)
         if native:
@@ -185,13 +190,14 @@ def contestants(dataset):
         def run_pyro(n, offset, step=step):
             for i in range(n):
                 step(torch.bernoulli(torch_batches[(offset + i) % 64]))
+            synchronize()
 
         result[label] = run_pyro
 
     # torch floors: torch.optim.Adam as most loops write it, and with fused=True (one kernel per update)
     for fused in (False, True):
         torch.manual_seed(0)
-        module = _TorchFloor(dataset.dim, base_rate)
+        module = _TorchFloor(dataset.dim, base_rate).to(device)
         optim = torch.optim.Adam(module.parameters(), lr=LR, fused=fused)
 
         def run_torch(n, offset, module=module, optim=optim):
@@ -199,22 +205,26 @@ def contestants(dataset):
                 optim.zero_grad()
                 module.loss(torch_batches[(offset + i) % 64]).backward()
                 optim.step()
+            synchronize()
 
         result["torch floor (eager, fused Adam)" if fused else "torch floor (eager)"] = run_torch
     return result
 
 
 def main(argv=None):
-    args = parse_steps(step_parser(__doc__, steps=100, repetitions=15, quick=(10, 3)), argv)
+    parser = step_parser(__doc__, steps=100, repetitions=15, quick=(10, 3))
+    parser.add_argument("--device", default="cpu", help="the torch contestants' device (cpu, cuda)")
+    args = parse_steps(parser, argv)
     dataset = load_dataset(args.dataset)
     torch.set_num_threads(torch.get_num_threads())
     print(f"# bench.svi -- discrete VAE (200H~{dataset.dim}V) binary, batch {BATCH}, m = 1; {dataset.name}")
     print(f"# torch {torch.__version__} ({torch.get_num_threads()} threads), pyro {pyro.__version__}, jax {jax.__version__} "
           f"({jax.devices()[0].platform}), numpyro {numpyro.__version__}, Python {platform.python_version()}, "
-          f"{platform.machine()}, {__import__('os').cpu_count()} CPUs")
+          f"{platform.machine()}, {__import__('os').cpu_count()} CPUs; torch on {args.device}"
+          + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
     print(f"# median ms per step over {args.repetitions} interleaved repetitions of {args.steps} steps, after warm-up; "
           "ratios: median over the repetitions of the time over the floor's in the same repetition")
-    runners = contestants(dataset)
+    runners = contestants(dataset, args.device)
     for run in runners.values():  # warm-up: compilation, caches
         run(3, 0)
     times = {name: [] for name in runners}

@@ -86,8 +86,7 @@ def check_scan(model, args, kwargs, *, decodes=False):
     """``scan`` bodies run with their own handlers: a Concrete-family site there cannot be swapped for
     its limit; and for the host's own discrete sites there NumPyro's ``TraceEnum_ELBO`` gives a wrong
     value and ``infer_discrete`` none (``decodes``: the caller decodes). Raises for what is not
-    evaluated exactly; returns whether the model scans (``marginal_log_likelihood`` then takes
-    funsor's path, which is exact)."""
+    evaluated exactly; returns whether the model scans."""
     scanned = _scanned_sites(trace(model, jax.random.PRNGKey(0), args, kwargs))
     for site in scanned:
         base = unwrap(site["fn"])[0]

@@ -11,7 +11,6 @@ import numpy as np
 import numpyro.infer
 from jax import Array
 from numpyro import handlers
-from numpyro.infer import TraceEnum_ELBO
 
 from concrete_common.messages import named_errors
 
@@ -23,7 +22,6 @@ from ._traces import (
     importance_bound,
     marginalize,
     max_plate_nesting,
-    no_guide,
     proposal,
     sample_sites,
     trace,
@@ -40,8 +38,9 @@ def marginal_log_likelihood(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> Array:
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
-    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
-    data set: a subsampled plate raises a ValueError.
+    replaced by its zero-temperature limit and summed out by funsor's ``log_density`` (NUTS's path;
+    no dependency tracking: ``TraceEnum_ELBO``'s fails on jax 0.11, and is wrong on ``scan``).
+    Evaluates the whole data set: a subsampled plate raises a ValueError.
 
     :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
     :param given: optional dict from latent site name to a value: those sites are held at the values
@@ -54,13 +53,10 @@ def marginal_log_likelihood(
     from numpyro.contrib.funsor import config_enumerate, enum, log_density
 
     model = with_given(with_params(model, params), given)
-    scans = check_scan(model, args, kwargs)
+    check_scan(model, args, kwargs)
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
-    if scans:  # TraceEnum_ELBO is wrong on scan (a wrong finite value); funsor's log density, NUTS's path, is exact
-        return log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
-    elbo = TraceEnum_ELBO(max_plate_nesting=nesting)
-    return -elbo.loss(jax.random.PRNGKey(0), {}, enumerated, no_guide, *args, **kwargs)
+    return log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
 
 
 def _checked_discrete_trace(model, args, kwargs, given):

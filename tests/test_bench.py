@@ -176,3 +176,22 @@ def test_scaling_large_k_quick_against_the_floor(capsys):
         for ms, mb in row.values():
             assert _positive(ms) and mb >= 0
     assert out.count("| 1000 | 10 | floor (same math) |") == 2 and "goal (ours, default settings" in out
+
+
+def test_gpu_command_measures_nothing_without_a_gpu_and_names_its_parts(monkeypatch, capsys):
+    """bench.gpu where torch sees no CUDA device: exit status 2 and one line saying so, no part run;
+    its parts are the four the docs name, each a module of bench/ or the device tests."""
+    from pathlib import Path
+
+    from bench import gpu
+
+    monkeypatch.setattr(gpu, "gpu_present", lambda: (False, False))
+    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: pytest.fail("a part ran without a GPU"))
+    assert gpu.main([]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
+    commands = [command for _, command, _ in gpu.parts(False, "digits")]
+    assert commands[0][-1] == "tests/test_devices.py" and "gpu" in commands[0]
+    for command in commands[1:]:
+        module = command[command.index("-m") + 1]
+        assert (Path(gpu.ROOT) / (module.replace(".", "/") + ".py")).exists(), module
+        assert command[command.index("--device") + 1] == "cuda"
