@@ -137,3 +137,34 @@ def batch_indices(num_examples, batch_size, seed, step):
     epoch, position = divmod(step, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(num_examples)
     return order[position * batch_size : (position + 1) * batch_size]
+
+
+class Batches:
+    """``batch_indices(num_examples, batch_size, seed, step)`` for step after step, each epoch's
+    permutation made once: ``batch_indices`` makes it again at every call, 0.9 ms on 50 000 images,
+    more than a compiled step takes on a GPU. ``place`` puts the permutation where the data are,
+    once per epoch (``torch.as_tensor(order, device=...)``): a step's indices, ``batches(step)``,
+    are then a slice of it there, and its batch ``train[batches(step)]`` is chosen on the device."""
+
+    def __init__(self, num_examples, batch_size, seed, place=None):
+        self.per_epoch = num_examples // batch_size
+        if self.per_epoch < 1:
+            raise ValueError(f"batch size {batch_size} exceeds the {num_examples} training examples")
+        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        self.place = place or (lambda order: order)
+        self._epoch, self._order = None, None
+
+    def order(self, epoch):
+        """The permutation of epoch ``epoch`` (as ``batch_indices`` draws it), placed."""
+        if epoch != self._epoch:
+            self._epoch, self._order = epoch, self.place(np.random.default_rng([self.seed, epoch]).permutation(self.num_examples))
+        return self._order
+
+    def __call__(self, step):
+        epoch, position = divmod(step, self.per_epoch)
+        return self.order(epoch)[position * self.batch_size : (position + 1) * self.batch_size]
+
+    def block(self, first, count):
+        """The indices of the ``count`` steps from ``first``, one row per step (a NumPy array, for
+        ``Batches`` without ``place``): a compiled loop over the steps picks its batches from them."""
+        return np.stack([self(step) for step in range(first, first + count)])

@@ -250,7 +250,8 @@ def main(argv=None):
     init_key, binarize_key, eval_key = jax.random.split(key, 3)
     parallel = numpyro_training.DataParallel(args.devices) if args.devices > 1 else None
     place = parallel.shard if parallel else (lambda x: x)
-    train_step = make_train_step(svi, args.binarize, binarize_key, parallel)
+    # unsharded here: fit compiles it into its blocks of steps, with the shardings of ``parallel``
+    train_step = make_train_step(svi, args.binarize, binarize_key)
 
     state = svi.init(init_key, train[: args.batch_size])
     if parallel:
@@ -258,13 +259,10 @@ def main(argv=None):
     quick_bound = evaluator(vae, 1)
     valid = jnp.asarray(data.fixed_binarization(dataset.valid[:1000], args.binarize))
 
-    def make_batch(step):
-        return (place(train[data.batch_indices(len(train), args.batch_size, args.seed, step)]),)
-
     def validation(params):
         return -evaluate(quick_bound, params, valid, 500, eval_key, place).mean()
 
-    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=validation)
+    state, history = numpyro_training.fit(svi, train_step, state, (train,), args, evaluate=validation, parallel=parallel)
 
     params = svi.get_params(state)
     test = jnp.asarray(data.fixed_binarization(dataset.test, args.binarize))

@@ -173,6 +173,18 @@ def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True):
     return pyro_training.Step(model, guide, loss, make_optimizer)
 
 
+def batch_maker(train, args):
+    """``make_batch(step)`` for ``pyro_training.fit``: the step's rows of ``train`` (chosen on its
+    device), binarized (a fresh Bernoulli(x) draw, or x > 1/2)."""
+    batches = pyro_training.batches(train, args)
+
+    def make_batch(step):
+        x = train[batches(step)]
+        return (torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x),)
+
+    return make_batch
+
+
 def evaluate(vae, images, num_particles, batch_size):
     """Per-image L_m of the discrete graph, in nats."""
     bounds = []
@@ -258,10 +270,7 @@ def main(argv=None):
 
     valid = torch.as_tensor(data.fixed_binarization(dataset.valid[:1000], args.binarize), device=device)
 
-    def make_batch(step):
-        x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
-        return (torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x),)
-
+    make_batch = batch_maker(train, args)
     parallel = pyro_training.DataParallel(vae, step) if processes is not None else None
     history = pyro_training.fit(step, vae, make_batch, args, evaluate=lambda: -evaluate(vae, valid, 1, 500).mean(),
                                 parallel=parallel)

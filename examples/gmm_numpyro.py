@@ -106,7 +106,8 @@ def main(argv=None):
         return marginal_log_likelihood(mixture.model, x, given=mixture.global_values(params)) / len(x)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
-    state, history = numpyro_training.fit(svi, train_step, state, lambda step: (x,), args, evaluate=log_likelihood, batch_size=len(x))
+    state, history = numpyro_training.fit(svi, train_step, state, (x,), args, evaluate=log_likelihood, batch_size=len(x),
+                                          minibatches=False)
 
     params = svi.get_params(state)
     log_px = float(log_likelihood(params))

@@ -104,9 +104,6 @@ def main(argv=None):
     train_step = jax.jit(lambda state, x, step: svi.update(state, x))
     state = jax.jit(svi.init)(jax.random.PRNGKey(args.seed), train[: args.batch_size])  # traced once, not run op by op
 
-    def make_batch(step):
-        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
-
     # jitted, as the training step: one compilation for every evaluation
     exact_log_likelihood = jax.jit(lambda params: marginal_log_likelihood(hmm.model, test, params=params))
 
@@ -114,7 +111,7 @@ def main(argv=None):
         return float(exact_log_likelihood(params)) / len(test)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
-    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=test_log_likelihood)
+    state, history = numpyro_training.fit(svi, train_step, state, (train,), args, evaluate=test_log_likelihood)
 
     params = svi.get_params(state)
     test_ll = test_log_likelihood(params)

@@ -131,10 +131,6 @@ def main(argv=None):
     train_step = jax.jit(lambda state, x, y, step: svi.update(state, x, y))
     state = svi.init(jax.random.PRNGKey(args.seed), train[: args.batch_size], train_labels[: args.batch_size])
 
-    def make_batch(step):
-        indices = data.batch_indices(len(train), args.batch_size, args.seed, step)
-        return train[indices], train_labels[indices]
-
     @jax.jit
     def validation_loss(params):
         """Cross-entropy per image of the validation set with the deterministic gates."""
@@ -144,7 +140,7 @@ def main(argv=None):
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     # the loss is scaled to the training set: per image, divide by its size
-    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=validation_loss, batch_size=len(train))
+    state, history = numpyro_training.fit(svi, train_step, state, (train, train_labels), args, evaluate=validation_loss, batch_size=len(train))
 
     params = svi.get_params(state)
     distributions = mlp.gate_distributions(params)

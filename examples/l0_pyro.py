@@ -107,8 +107,10 @@ def main(argv=None):
     mlp = GatedMLP(len(train), dataset.dim, args.hidden, 10, args.temperature, args.gate_inputs).to(device)
     step = pyro_training.Step(mlp.model, mlp.guide, L0Objective(args.l0), pyro_training.adam(args.lr, fused=True))
 
+    batches = pyro_training.batches(train, args)
+
     def make_batch(step):
-        indices = torch.as_tensor(data.batch_indices(len(train), args.batch_size, args.seed, step), device=device)
+        indices = batches(step)
         return train[indices], train_labels[indices]
 
     def validation_loss():

@@ -88,9 +88,6 @@ def main(argv=None):
     train_step = jax.jit(lambda state, x, step: svi.update(state, x))
     state = svi.init(jax.random.PRNGKey(args.seed), train[: args.batch_size])
 
-    def make_batch(step):
-        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
-
     # jitted, as the training step: one compilation for every evaluation
     exact_log_likelihood = jax.jit(lambda params: marginal_log_likelihood(mixture.model, test, params=params))
 
@@ -98,7 +95,7 @@ def main(argv=None):
         return float(exact_log_likelihood(params)) / len(test)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
-    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=test_log_likelihood)
+    state, history = numpyro_training.fit(svi, train_step, state, (train,), args, evaluate=test_log_likelihood)
 
     params = svi.get_params(state)
     test_ll = test_log_likelihood(params)

@@ -75,8 +75,10 @@ def main(argv=None):
     else:
         step = pyro_training.Step(discrete(mixture.model, mode="enumerate"), no_guide, TraceEnum_ELBO(max_plate_nesting=1), adam)
 
+    batches = pyro_training.batches(train, args)
+
     def make_batch(step):
-        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
+        return (train[batches(step)],)
 
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     history = pyro_training.fit(

@@ -1,11 +1,12 @@
 """The NumPyro training loop of the examples: compiled SVI steps with checkpoints, resume, a clean
 stop on SIGINT/SIGTERM, the progress bar and periodic evaluation."""
 
+import functools
 import pickle
 
 import numpy as np
 
-from examples import training
+from examples import data, training
 from examples.pyro_training import History
 
 # JAX is imported in fit(), not here: the scripts read a checkpoint (read_checkpoint) while parsing
@@ -19,17 +20,52 @@ def read_checkpoint(path, args):
     return training.load_checkpoint(path, pickle.loads, args, keys=("state",))
 
 
-def fit(svi, train_step, state, make_batch, args, evaluate=None, batch_size=None):
-    """Run ``args.steps`` steps of ``train_step(state, *batch, step) -> (state, loss)`` from ``state``
-    (an ``svi.init`` state). Returns (state, history).
+@functools.lru_cache(maxsize=4)  # fit called again with the same step (a benchmark, a test) compiles nothing again
+def compiled_steps(train_step, parallel=None):
+    """``fit``'s compiled block of steps, ``run(state, train, numbers, indices) -> (state, losses)``:
+    the steps ``numbers`` one after the other, step ``numbers[i]`` on the rows ``indices[i]`` of the
+    arrays ``train`` (``indices`` None: on the whole arrays), in one ``lax.scan``. Compiled once per
+    block length; with ``parallel`` (a ``DataParallel``) each device gathers its share of the rows."""
+    import jax
 
-    ``make_batch(step)`` returns the arguments of step ``step``; the step's randomness comes from
+    def steps(state, train, numbers, indices):
+        def one(state, number_and_rows):
+            number, rows = number_and_rows
+            batch = train if rows is None else tuple(array[rows] for array in train)
+            if parallel:
+                batch = parallel.constrain(batch)
+            return train_step(state, *batch, number)
+
+        return jax.lax.scan(one, state, (numbers, indices))
+
+    return parallel.jit_steps(steps) if parallel else jax.jit(steps)
+
+
+# Steps between reads of the losses: one call of one compiled program (a scan) runs them all, so
+# that the host neither chooses a batch nor dispatches a call at each step.
+BLOCK = 50
+
+
+def fit(svi, train_step, state, train, args, evaluate=None, batch_size=None, minibatches=True, parallel=None):
+    """Run ``args.steps`` steps of ``train_step(state, *batch, step) -> (state, loss)`` (compiled or
+    not) from ``state`` (an ``svi.init`` state). Returns (state, history).
+
+    ``train`` is a tuple of training arrays (images; or images and labels), kept on the device:
+    step ``step``'s batch is the rows ``data.batch_indices(len(train[0]), args.batch_size, args.seed,
+    step)`` of each, chosen inside the compiled program (``minibatches=False``: every step gets the
+    arrays themselves, for a model that subsamples them itself). The step's randomness comes from
     the SVI state and ``step``, so a resumed run repeats an uninterrupted one. ``evaluate(params)``
     is called every ``args.eval_every`` steps. Checkpoints (the state's leaves) go to ``args.out``
     every ``args.checkpoint_every`` steps and on SIGINT/SIGTERM (then the process exits);
     ``args.resume`` continues from the last one (``read_checkpoint``: readable, and saved with the
     same options but those in ``training.RESUME_MAY_CHANGE``; else one line and exit status 2).
-    Losses are read from the device in blocks, so that steps are dispatched ahead of the computation.
+    ``batch_size``: what the loss is divided by (default ``args.batch_size``). With ``parallel``
+    (a ``DataParallel``) the training arrays and the state are replicated, every batch sharded.
+
+    Steps run in blocks of ``BLOCK`` (fewer where an evaluation, a checkpoint or the end falls),
+    each block one call of a compiled ``lax.scan`` of ``train_step``; the losses are read after each
+    block, and a stop request is answered there. On the CPU a block computes the numbers of its
+    steps taken one call at a time, bit for bit (tests/test_loops.py).
     """
     import jax
     import jax.numpy as jnp
@@ -58,28 +94,33 @@ def fit(svi, train_step, state, make_batch, args, evaluate=None, batch_size=None
             leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)]
             training.atomic_write(path, pickle.dumps(dict(state=leaves, history=vars(history), args=vars(args))))
 
+    run = compiled_steps(train_step, parallel)
+    if parallel:
+        train = parallel.replicate(train)
+    batches = data.Batches(len(train[0]), args.batch_size, args.seed) if minibatches else None
+    divisor = batch_size or args.batch_size
+
     eval_every = getattr(args, "eval_every", None)
     progress = training.Progress(args.steps, history.step, disable=args.no_progress)
-    pending = []
     clock = training.Clock(history.seconds)
     with training.StopRequests() as stop:
         while history.step < args.steps and not stop.requested:
-            batch = make_batch(history.step)
-            state, loss = train_step(state, *batch, history.step)
-            pending.append(loss)
-            history.step += 1
-            due_eval = evaluate is not None and (history.step % eval_every == 0 or history.step == args.steps)
-            due_save = history.step % args.checkpoint_every == 0 or stop.requested
-            if len(pending) == 50 or due_eval or due_save or history.step == args.steps:
-                for value in np.asarray(jax.device_get(pending)) / (batch_size or len(batch[0])):
-                    history.losses.append(float(value))
-                    progress.update(float(value))
-                pending = []
+            # a block ends where the losses are read: after BLOCK steps, or at an evaluation, a checkpoint or the end
+            end = min(history.step + BLOCK, args.steps)
+            for every in (eval_every if evaluate is not None else None, args.checkpoint_every):
+                if every:
+                    end = min(end, (history.step // every + 1) * every)
+            indices = batches.block(history.step, end - history.step) if batches else None
+            state, losses = run(state, train, np.arange(history.step, end), indices)
+            history.step = end
+            for value in np.asarray(jax.device_get(losses)) / divisor:
+                history.losses.append(float(value))
+                progress.update(float(value))
             with clock.paused():  # everything dispatched has finished: its losses were read
-                if due_eval:
+                if evaluate is not None and (history.step % eval_every == 0 or history.step == args.steps):
                     history.evaluations.append((history.step, float(evaluate(svi.get_params(state)))))
                 history.seconds = clock.elapsed
-                if due_save:
+                if history.step % args.checkpoint_every == 0 or stop.requested:
                     save()
     progress.close()
     history.seconds = clock.elapsed
@@ -94,7 +135,8 @@ class DataParallel:
     """Data-parallel SVI with JAX's own sharding (``jax.sharding``): a one-axis ``Mesh`` named
     "batch" over the first ``devices`` devices; every batch is sharded on its first axis over it,
     the SVI state (parameters, optimizer state, the PRNG key) replicated. ``jit`` compiles a step
-    with those shardings; XLA's SPMD partitioner splits the computation and all-reduces the
+    with those shardings (``jit_steps``: ``fit``'s blocks of steps, which gather their batches on
+    the devices); XLA's SPMD partitioner splits the computation and all-reduces the
     gradients. With ``jax_threefry_partitionable`` (on by default since JAX 0.5) random draws do not
     depend on the sharding, so a run gives the one-device run's numbers up to float32 reassociation
     of the batch sums.
@@ -121,6 +163,22 @@ class DataParallel:
         import jax
 
         return jax.jit(step, in_shardings=(self.replicated, self.batch, self.replicated), out_shardings=self.replicated)
+
+    def jit_steps(self, steps):
+        """``fit``'s ``steps(state, train, numbers, indices) -> (state, losses)`` compiled with the
+        state and the training arrays replicated, the indices (a row per step) split over the
+        devices: each device gathers its share of every batch."""
+        import jax
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        rows = NamedSharding(self.mesh, PartitionSpec(None, "batch"))
+        return jax.jit(steps, in_shardings=(self.replicated, self.replicated, self.replicated, rows), out_shardings=self.replicated)
+
+    def constrain(self, batch):
+        """A batch gathered inside a compiled step, kept sharded on its first axis."""
+        import jax
+
+        return jax.lax.with_sharding_constraint(batch, self.batch)
 
     def shard(self, x):
         """``x`` placed sharded on its first axis, or replicated when that does not split evenly (the

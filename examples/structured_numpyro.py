@@ -119,13 +119,10 @@ def main(argv=None):
     valid = jnp.asarray(data.fixed_binarization(dataset.valid[:1000], args.binarize))
     quick_bound = evaluator(predictor, 10)
 
-    def make_batch(step):
-        return (train[data.batch_indices(len(train), args.batch_size, args.seed, step)],)
-
     def validation(params):
         return -evaluate(quick_bound, params, valid[:, :half], valid[:, half:], 1000, eval_key).mean()
 
-    state, history = numpyro_training.fit(svi, train_step, state, make_batch, args, evaluate=validation)
+    state, history = numpyro_training.fit(svi, train_step, state, (train,), args, evaluate=validation)
 
     params = svi.get_params(state)
     test = jnp.asarray(data.fixed_binarization(dataset.test, args.binarize))

@@ -100,8 +100,10 @@ def main(argv=None):
         objective = JitImportanceWeightedELBO(args.particles, "data", ignore_jit_warnings=True)
     step = pyro_training.Step(model, predictor.guide, objective, pyro_training.adam(args.lr, fused=True))
 
+    batches = pyro_training.batches(train, args)
+
     def make_batch(step):
-        x = train[data.batch_indices(len(train), args.batch_size, args.seed, step)]
+        x = train[batches(step)]
         x = torch.bernoulli(x) if args.binarize == "dynamic" else (x > 0.5).to(x)
         return x[:, :half], x[:, half:]
 
