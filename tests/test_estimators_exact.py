@@ -13,6 +13,10 @@ from tests import exact_objectives
 from tests.fuzz_estimators import _z_scores
 from tests.random_models import Latent, Observed, Spec, build, initial_params
 
+# These tests differentiate REBAR at its initial eta and temperature scale, where NumPyro's REBAR
+# warns (rightly, for a user's SVI) that a guide without loss.guide(...) leaves them untrained.
+pytestmark = pytest.mark.filterwarnings("ignore:REBAR. its parameters:RuntimeWarning")
+
 DATA = np.array([0.4, 2.5, -0.3, 1.8, 2.2, -1.0, 0.9, 3.0])
 
 

@@ -461,6 +461,8 @@ def test_second_derivatives_of_log_prob_of_rsample_are_those_through_the_coordin
     torch.testing.assert_close(by_sample, expected, rtol=tolerance, atol=tolerance * expected.abs().max().item())
 
 
+# torch's own: forward-mode AD loads its decompositions with torch.jit.script on first use
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
 def test_forward_mode_derivatives_of_log_prob_and_rsample(name):
     """``torch.autograd.forward_ad`` and ``torch.func``: the tangent of ``log_prob(rsample())`` in the
