@@ -1,6 +1,8 @@
 # Two commands on a fresh machine:  make test  /  make demo (the discrete VAE on the 8x8 digits)
 # make docs: the Sphinx site in docs/_build/html, warnings as errors
 # make release-check: build the wheel and sdist, install the wheel in a fresh venv, run the README there
+# make compat: the conformance subset in fresh venvs with the oldest and the newest versions (tools/compat.py)
+# make test-here: the suite in the environment that runs it (no venv, no install: the hosts already there)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 # is already satisfied (an unpinned torch pulls several GB of CUDA packages).
 TORCH := torch==2.13.0
 
-.PHONY: test demo docs release-check clean
+.PHONY: test test-here demo docs release-check compat clean
 
 $(STAMP): pyproject.toml Makefile concrete_common/_version.py  # the version: the installed metadata reads it
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +23,12 @@ $(STAMP): pyproject.toml Makefile concrete_common/_version.py  # the version: th
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal tests
 
+test-here:
+	$(PYTHON) -m pytest -n 2 --dist worksteal tests
+
+compat:
+	$(PYTHON) tools/compat.py
+
 demo: $(STAMP)
 	$(BIN)/python -m examples.dvae_numpyro
 
@@ -31,4 +39,4 @@ release-check: $(STAMP)
 	$(BIN)/python tools/release_check.py --torch "$(TORCH)"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info docs/_build docs/_generated
+	rm -rf $(VENV) .compat .pytest_cache .hypothesis *.egg-info docs/_build docs/_generated
