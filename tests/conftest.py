@@ -16,7 +16,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from tests.backends import BACKEND_NAMES, load_backend  # noqa: E402
+from tests.backends import BACKEND_NAMES, enable_x64, load_backend  # noqa: E402
 from tests.worker_teardown import pytest_sessionfinish  # noqa: E402,F401  (a hook)
 
 settings.register_profile(
@@ -83,5 +83,5 @@ def _jax_precision(request):
     """JAX's x64 mode for the test: off for the float32 cases (a parameter "float32"), as a float32
     user runs NumPyro, so that no float32 result depends on an x64 process; on for every other case
     (the float64 cases and the tests that build float64 arrays need it)."""
-    with jax.enable_x64(not _is_float32_case(request)):
+    with enable_x64(not _is_float32_case(request)):
         yield

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import enable_x64
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SKIP_DIRS = {"_build", "_generated", "_static"}
@@ -96,7 +98,7 @@ def test_python_blocks_run(page):
     import jax
 
     namespace = {"__name__": f"docs_{page.stem}"}
-    with jax.enable_x64(False):
+    with enable_x64(False):
         for line, language, source in extract_blocks(page.read_text()):
             if language not in PYTHON_LANGUAGES:
                 continue

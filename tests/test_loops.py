@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from examples import data
+from tests.backends import enable_x64
 
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
@@ -96,7 +97,7 @@ def test_numpyro_fit_gives_each_step_the_rows_of_batch_indices(block, monkeypatc
     def record(state, x, step):  # the state keeps each step's rows; the loss is their sum
         return state.at[step].set(x), jnp.sum(x).astype(jnp.float32)
 
-    with jax.enable_x64(False):
+    with enable_x64(False):
         train = jnp.arange(NUM, dtype=jnp.int32)
         state, history = numpyro_training.fit(None, record, jnp.zeros((STEPS, BATCH), jnp.int32), (train,), _args())
         rows = np.stack([_expected(step) for step in range(STEPS)])
@@ -131,7 +132,7 @@ def test_numpyro_blocks_compute_the_steps_one_call_at_a_time_bit_for_bit(monkeyp
     from examples import numpyro_training
 
     monkeypatch.setattr(numpyro_training, "BLOCK", 20)
-    with jax.enable_x64(False):
+    with enable_x64(False):
         svi, step, state, train = _numpyro_dvae()
         args = _args(steps=45, batch_size=64, seed=0)
         blocked, history = numpyro_training.fit(svi, step, state, (train,), args)
@@ -244,7 +245,7 @@ def test_numpyro_run_stopped_off_a_block_boundary_resumes_to_the_uninterrupted_r
     checkpoints and after SIGTERM.)"""
     from examples import numpyro_training
 
-    with jax.enable_x64(False):
+    with enable_x64(False):
         svi, step, state, train = _numpyro_dvae()
         options = dict(steps=60, batch_size=64, seed=0, out=str(tmp_path))
         whole_state, whole = numpyro_training.fit(svi, step, state, (train,), _args(**{**options, "out": None}))

@@ -100,3 +100,15 @@ BACKEND_NAMES = [name for name in os.environ.get("CONCRETE_TEST_BACKENDS", "pyro
 
 def load_backend(name):
     return importlib.import_module(f"tests.backends.{name}_backend").Backend()
+
+
+def enable_x64(flag):
+    """``jax.enable_x64(flag)``, the context manager of jax >= 0.5; ``jax.experimental.enable_x64``
+    on the older jax that pyproject admits (``make compat``)."""
+    import jax
+
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(flag)
+    from jax.experimental import enable_x64 as older
+
+    return older(flag)
