@@ -249,8 +249,7 @@ class _CompiledLink(torch.autograd.Function):
             return None, None, None
         (y,) = ctx.saved_tensors
         slope = _traced_slope(y, ctx.logit)
-        quotient = g / slope
-        gx = torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)  # False at NaN
+        gx = _within_bound(g / slope)
         return gx, g - gx * slope, None
 
 
@@ -264,8 +263,7 @@ class _TracedLink(_CompiledLink):
         if value_dot is None:
             return None
         (y,) = ctx.saved_tensors
-        quotient = value_dot / _traced_slope(y, ctx.logit)
-        return torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)
+        return _within_bound(value_dot / _traced_slope(y, ctx.logit))
 
 
 def _traced_slope(y, logit):
@@ -274,6 +272,12 @@ def _traced_slope(y, logit):
         x = torch.sigmoid(y)
         return x * (1 - x)
     return torch.exp(y)
+
+
+def _within_bound(quotient):
+    """``quotient`` where it is within ±_bound, else 0 (also at NaN): data-independent, for traced code
+    (the eager :func:`_carried_part` decides the same with one host-side reduction first)."""
+    return torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)
 
 
 def _drop(entries, key, ref):
