@@ -9,7 +9,9 @@ binarization of the batch inside every step. Contestants:
 - numpyro example : ``examples.dvae_numpyro``'s compiled step (``jax.jit`` of ``svi.update``)
 - jax floor       : the same ELBO written directly in JAX (``jax.jit``, jax.example_libraries Adam)
 - pyro example    : ``examples.dvae_pyro``'s step (``pyro_training.Step``: the loss writes the gradients,
-                    one fused ``torch.optim.Adam`` steps them) with ``JitTrace_ELBO`` (its default), and
+                    one fused ``torch.optim.Adam`` steps them) with ``JitTrace_ELBO`` (its default), with
+                    its ``--compile`` loss (``torch.compile`` of the loss traced into one graph; on a GPU
+                    in ``mode="reduce-overhead"``, CUDA graphs; the optimizer step stays eager), and
                     with ``Trace_ELBO``
 - pyro SVI.step   : the same model, guide and loss stepped by ``SVI.step`` with ``pyro.optim.Adam``
                     (fused), the examples' step before ``Step``
@@ -132,9 +134,10 @@ class _TorchFloor(torch.nn.Module):
 # ----------------------------------------------------------------------------- contestants
 
 
-def contestants(dataset, device="cpu"):
+def contestants(dataset, device="cpu", compile_mode="default"):
     """name -> a function running n steps from the current state (each keeps its own state); the
-    torch contestants on ``device``."""
+    torch contestants on ``device``; the Pyro example's ``--compile`` step in ``compile_mode``
+    (``torch.compile``'s mode; None: not timed)."""
     device = torch.device(device)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     train_np = dataset.train
@@ -175,13 +178,17 @@ def contestants(dataset, device="cpu"):
     result["jax floor (jit)"] = run_jax
 
     # Pyro example (its step, pyro_training.Step), both ELBOs; and SVI.step with a pyro.optim optimizer
-    for label, jit, native in (("pyro example (JitTrace_ELBO)", True, True), ("pyro example (Trace_ELBO)", False, True),
-                               ("pyro SVI.step (JitTrace_ELBO)", True, False)):
+    pyro_contestants = [("pyro example (JitTrace_ELBO)", True, True, None), ("pyro example (Trace_ELBO)", False, True, None),
+                        ("pyro SVI.step (JitTrace_ELBO)", True, False, None)]
+    if compile_mode is not None:
+        pyro_contestants.insert(1, (f"pyro example (torch.compile{'' if compile_mode == 'default' else ', ' + compile_mode})",
+                                    True, True, {"mode": compile_mode}))
+    for label, jit, native, compile in pyro_contestants:
         torch.manual_seed(0)
         pvae = pyro_example.DiscreteVAE(dataset.dim, [pyro_example.NodeLayer(UNITS, 2)], True, (PRIOR_T, POSTERIOR_T),
                                         torch.as_tensor(base_rate), False).to(device)
         pvae.name = f"dvae{len(result)}"  # its own parameters in Pyro's store
-        step = pyro_example.make_step(pvae, pyro_training.adam(LR, fused=True), jit=jit)
+        step = pyro_example.make_step(pvae, pyro_training.adam(LR, fused=True), jit=jit, compile=compile)
         if native:
             step.init(torch.bernoulli(torch_batches[0]))
         else:
@@ -214,6 +221,9 @@ def contestants(dataset, device="cpu"):
 def main(argv=None):
     parser = step_parser(__doc__, steps=100, repetitions=15, quick=(10, 3))
     parser.add_argument("--device", default="cpu", help="the torch contestants' device (cpu, cuda)")
+    parser.add_argument("--compile-mode", default=None, choices=("default", "reduce-overhead", "max-autotune", "none"),
+                        help="torch.compile's mode for the Pyro example's --compile step (default: reduce-overhead on "
+                             "a GPU, torch.compile's default on the CPU; none: leave that contestant out)")
     args = parse_steps(parser, argv)
     dataset = load_dataset(args.dataset)
     torch.set_num_threads(torch.get_num_threads())
@@ -224,7 +234,8 @@ def main(argv=None):
           + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
     print(f"# median ms per step over {args.repetitions} interleaved repetitions of {args.steps} steps, after warm-up; "
           "ratios: median over the repetitions of the time over the floor's in the same repetition")
-    runners = contestants(dataset, args.device)
+    mode = args.compile_mode or ("reduce-overhead" if args.device.startswith("cuda") else "default")
+    runners = contestants(dataset, args.device, None if mode == "none" else mode)
     for run in runners.values():  # warm-up: compilation, caches
         run(3, 0)
     times = {name: [] for name in runners}

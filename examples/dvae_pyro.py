@@ -6,6 +6,7 @@ latent nodes, trained with their Concrete relaxation and evaluated as the discre
     python -m examples.dvae_pyro --estimator reinforce            # discrete sites, score function
     python -m examples.dvae_pyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
     python -m examples.dvae_pyro --estimator rebar                # the discrete graph, REBAR on the relaxed sites
+    python -m examples.dvae_pyro --compile                        # the loss compiled by torch.compile (one graph)
     python -m examples.dvae_pyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
     torchrun --nproc_per_node 2 -m examples.dvae_pyro --out runs/ddp   # data-parallel, 2 processes (DDP)
 
@@ -150,20 +151,31 @@ class DiscreteVAE(nn.Module):
 DISCRETE_GRAPH_ESTIMATORS = {"rebar": REBAR, "relax": RELAX, "gumbel-rao": GumbelRao, "disarm": DisARM}
 
 
-def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True):
+def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True, compile=None):
     """The training step (``pyro_training.Step``) for the relaxed model through its log-space nodes (objective L_m); for the discrete
     model with the score-function estimator and the learned baseline (VIMCO at m > 1); or for the
-    discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide."""
+    discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide.
+
+    ``compile``: ``torch.compile``'s options (``{}`` for its defaults), to compile the loss with it
+    instead of ``torch.jit.trace`` (``compiler="torch.compile"``: the loss traced into one graph, the
+    parameters its inputs); for the losses that have a compiled form (concrete; reinforce at m > 1)."""
+    if compile is not None and not (estimator == "concrete" or (estimator == "reinforce" and particles > 1)):
+        raise ValueError(f"compile: --estimator {estimator} at --particles {particles} has no compiled loss; "
+                         "compile works with concrete, and with reinforce at --particles > 1 (VIMCO)")
     if estimator == "concrete":
         model, guide = poutine.reparam(vae.model, config=log_space_config), poutine.reparam(vae.guide, config=log_space_config)
-        if particles == 1:
+        if compile is not None:  # L_m, at m = 1 the ELBO of Trace_ELBO
+            loss = JitImportanceWeightedELBO(particles, "data", compiler="torch.compile", jit_options=compile)
+        elif particles == 1:
             loss = JitTrace_ELBO(ignore_jit_warnings=True) if jit else Trace_ELBO()
         else:
             loss = (JitImportanceWeightedELBO(particles, "data", ignore_jit_warnings=True) if jit
                     else ImportanceWeightedELBO(particles, "data"))
     elif estimator == "reinforce":
         model, guide = discrete(vae.model), discrete(vae.guide)
-        if particles == 1:
+        if compile is not None:
+            loss = JitVIMCO(particles, "data", compiler="torch.compile", jit_options=compile)
+        elif particles == 1:
             loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
         else:  # VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
             loss = JitVIMCO(particles, "data", ignore_jit_warnings=True) if jit else VIMCO(particles, "data")
@@ -212,9 +224,23 @@ def parse_args(argv):
     parser.add_argument("--eval-samples", type=training.positive_int, default=1000, help="m of the test NLL (the paper used 50000)")
     parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
     parser.add_argument("--no-jit", action="store_true", help="use the uncompiled ELBO")
+    parser.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES,
+                        help="compile the loss with torch.compile instead of torch.jit.trace, in this mode "
+                             "(reduce-overhead: CUDA graphs on a GPU); concrete, or reinforce with --particles > 1")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
     training.check_estimator(args)
+    if args.compile is not None:
+        if args.no_jit:
+            training.fail("--compile and --no-jit: choose one (--compile compiles the loss with torch.compile)")
+        if not (args.estimator == "concrete" or (args.estimator == "reinforce" and args.particles > 1)):
+            training.fail(f"--compile: --estimator {args.estimator} at --particles {args.particles} has no compiled loss; "
+                          "use concrete, or reinforce with --particles > 1 (VIMCO)")
+        if "WORLD_SIZE" in os.environ:
+            training.fail("--compile does not run under torchrun (untested with DistributedDataParallel); leave it out there")
     return args
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 # the losses whose gradient DDP can all-reduce: a differentiable_loss, parameters only in the module
@@ -266,7 +292,8 @@ def main(argv=None):
     train = torch.as_tensor(dataset.train, device=device)
     learned_baseline = args.estimator == "reinforce" and args.particles == 1
     vae = DiscreteVAE(dataset.dim, layers, args.conditioning == "nonlinear", temperatures, train.mean(0), learned_baseline).to(device)
-    step = make_step(vae, pyro_training.adam(args.lr, fused=True), args.estimator, args.particles, jit=not args.no_jit)
+    step = make_step(vae, pyro_training.adam(args.lr, fused=True), args.estimator, args.particles, jit=not args.no_jit,
+                     compile=None if args.compile is None else {"mode": args.compile})
 
     valid = torch.as_tensor(data.fixed_binarization(dataset.valid[:1000], args.binarize), device=device)
 

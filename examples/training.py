@@ -161,14 +161,14 @@ def check_new_out(out):
 # ----------------------------------------------------------------------------- checkpoints
 
 # The options that may differ between a run and its --resume: how long it trains (--steps), how and
-# where it runs (--device, --devices, --no-jit, --no-progress, --out, --resume itself: --batch-size is
+# where it runs (--device, --devices, --no-jit, --compile, --no-progress, --out, --resume itself: --batch-size is
 # the global batch, split over the devices, so their number does not change the run), how often it saves, and
 # what is only evaluated (--eval-every: the validation curve; --eval-samples: m of the final test
 # bound, computed after training). Every other option (shapes, data, the objective, the optimizer,
 # the seed) must be the checkpoint's, or --resume refuses: training on with other ones would mix two
 # runs, or fail on mismatched shapes. Argument names as in ``vars(args)``.
 RESUME_MAY_CHANGE = frozenset(
-    {"steps", "resume", "no_progress", "device", "devices", "no_jit", "out", "checkpoint_every", "eval_every", "eval_samples"}
+    {"steps", "resume", "no_progress", "device", "devices", "no_jit", "compile", "out", "checkpoint_every", "eval_every", "eval_samples"}
 )
 
 

@@ -199,8 +199,13 @@ _ATTRIBUTE = "_concrete_coordinates"
 
 
 def _traced():
-    """Whether this runs under torch.compile's tracer or inside a torch.func transform."""
-    return torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
+    """Whether this runs under torch.compile's tracer, inside a torch.func transform or under
+    ``make_fx`` (the tracer of AOTAutograd and torch.export, and of a whole Pyro loss)."""
+    return (
+        torch.compiler.is_compiling()
+        or torch._C._functorch.peek_interpreter_stack() is not None
+        or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+    )
 
 
 def _attach_traced(value, coordinates, kind):

@@ -23,3 +23,78 @@ def quiet_under_trace(fn):
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+class GraphFunction:
+    """``pyro.ops.jit.trace``'s parameter plumbing (Pyro's ``CompiledFunction``) around
+    ``torch.compile`` instead of ``torch.jit.trace``: per signature of the call (the shapes, dtypes
+    and devices of the tensor arguments, the other arguments' values), ``make_fx`` traces the
+    function once into a graph of tensor operations whose inputs are the unconstrained parameters
+    and the tensor arguments, and ``torch.compile`` compiles that graph with ``options``.
+
+    Dynamo then sees the graph only, none of Pyro's Python: traced directly, Pyro's handlers break
+    its graph at every sample site (it does not trace their ``TypedDict`` messages), and this
+    package's carry of sample coordinates takes its traced path (:mod:`._carry`) under ``make_fx``.
+    The restrictions are ``JitTrace_ELBO``'s: static structure, every parameter created on the
+    first call; a new shape traces and compiles again."""
+
+    def __init__(self, fn, options):
+        self.fn, self.options = fn, dict(options)
+        self.compiled = {}  # signature -> compiled graph
+        self.param_names = None
+
+    def __call__(self, *args, **kwargs):
+        import pyro
+        from pyro import poutine
+
+        key = (_signature(args), _signature(sorted(kwargs.items())))
+        if key not in self.compiled:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            # tracing draws no random numbers of the call's own: the call draws what eager would
+            with torch.random.fork_rng(devices=_cuda_devices(args)):
+                if self.param_names is None:
+                    with poutine.block(), poutine.trace(param_only=True) as capture:
+                        self.fn(*args, **kwargs)
+                    self.param_names = sorted(capture.trace.nodes)
+                names, fn = self.param_names, self.fn
+
+                def replayed(*params_and_args):
+                    constrained = {name: pyro.param(name) for name in names}  # their unconstrained values: the inputs
+                    return poutine.replay(fn, params=constrained)(*params_and_args[len(names):], **kwargs)
+
+                params = [pyro.param(name).unconstrained() for name in names]
+                with pyro.validation_enabled(False):  # as pyro.ops.jit: value checks are data-dependent
+                    graph = make_fx(replayed)(*params, *args)
+            self.compiled[key] = torch.compile(graph, **self.options)
+        params = [pyro.param(name).unconstrained() for name in self.param_names]
+        with poutine.block(hide=self.param_names), poutine.trace(param_only=True) as capture:
+            result = self.compiled[key](*params, *args)
+        new = sorted(set(capture.trace.nodes) - set(self.param_names))
+        if new:
+            raise NotImplementedError(f"a compiled loss needs every parameter created on its first call; found new ones: {new}")
+        return result
+
+
+def _cuda_devices(args):
+    import pyro
+
+    tensors = [a for a in args if torch.is_tensor(a)] + list(pyro.get_param_store().values())
+    return sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
+
+
+def _signature(values):
+    """What a traced graph is specialised to: tensors by shape, dtype and device, the rest by value."""
+    signature = []
+    for value in values:
+        if isinstance(value, tuple):  # a keyword argument (name, value)
+            signature.append(_signature(value))
+        elif torch.is_tensor(value):
+            signature.append(("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad))
+        else:
+            try:
+                hash(value)
+                signature.append(value)
+            except TypeError:
+                signature.append(("id", id(value)))
+    return tuple(signature)

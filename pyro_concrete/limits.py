@@ -39,11 +39,20 @@ def _signed_infinity(zero_one):
 
 
 class OneHotCategorical(dist.OneHotCategorical):
-    """Pyro's OneHotCategorical; ``mode`` is the one-hot argmax of the logits."""
+    """Pyro's OneHotCategorical; ``mode`` is the one-hot argmax of the logits; ``sample`` draws
+    what Pyro's draws, one-hot by a scatter: ``one_hot`` reads the indices back to check them, which
+    no graph tracer can (the ``torch.compile`` losses trace the discrete graph too)."""
 
     @property
     def mode(self) -> Tensor:
         return _one_hot_mode(self.logits)
+
+    def sample(self, sample_shape: _size = torch.Size()) -> Tensor:
+        indices = self._categorical.sample(torch.Size(sample_shape))
+        probs = self._categorical.probs
+        return torch.zeros(indices.shape + probs.shape[-1:], dtype=probs.dtype, device=probs.device).scatter_(
+            -1, indices.unsqueeze(-1), 1.0
+        )
 
 
 class Bernoulli(dist.Bernoulli):

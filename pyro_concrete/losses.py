@@ -31,6 +31,7 @@ from ._traces import (
     score_function_sites,
     score_log_prob,
 )
+from ._tracing import GraphFunction
 from .handlers import unwrap
 from .hard_concrete import HardConcrete
 
@@ -260,11 +261,17 @@ class L0Objective(_DifferentiableLoss):
         return -log_likelihood + self.l0 * expected_l0
 
 
+COMPILERS = ("torch.jit.trace", "torch.compile")
+
+
 class _Compiled(ImportanceWeightedELBO):
     """``differentiable_loss`` compiled with ``pyro.ops.jit.trace``, as Pyro's ``JitTrace_ELBO``
-    compiles its loss; the same restrictions: static model structure, tensors passed in ``*args``
-    (a temperature that changes between steps too), non-tensors in ``**kwargs`` (one compilation
-    per distinct value), and a fixed batch shape per compilation."""
+    compiles its loss, or with ``torch.compile`` (``compiler="torch.compile"``: the loss traced
+    into one graph of tensor operations, which ``torch.compile`` compiles with ``jit_options``, e.g.
+    ``{"mode": "reduce-overhead"}``). The same restrictions either way: static model structure,
+    tensors passed in ``*args`` (a temperature that changes between steps too), non-tensors in
+    ``**kwargs`` (one compilation per distinct value), and a fixed batch shape per compilation
+    (``torch.compile``: a new shape compiles again)."""
 
     def __init__(
         self,
@@ -272,9 +279,12 @@ class _Compiled(ImportanceWeightedELBO):
         plate: Optional[str] = None,
         ignore_jit_warnings: bool = False,
         jit_options: Optional[dict[str, Any]] = None,
+        compiler: str = "torch.jit.trace",
     ) -> None:
         super().__init__(num_particles=num_particles, plate=plate)
-        self.ignore_jit_warnings, self.jit_options = ignore_jit_warnings, jit_options
+        if compiler not in COMPILERS:
+            raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
+        self.ignore_jit_warnings, self.jit_options, self.compiler = ignore_jit_warnings, jit_options, compiler
         self._compiled: Optional[Callable[..., Tensor]] = None
 
     @named_errors()
@@ -286,12 +296,15 @@ class _Compiled(ImportanceWeightedELBO):
         if compiled is None:
             weakself = weakref.ref(self)  # no cycle through the compiled closure
 
-            @pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)
             def loss(*args, **kwargs):
                 del kwargs["_pyro_model_id"], kwargs["_pyro_guide_id"]
                 return super(_Compiled, weakself()).differentiable_loss(model, guide, *args, **kwargs)
 
-            compiled = self._compiled = loss
+            if self.compiler == "torch.compile":
+                compiled = GraphFunction(loss, self.jit_options or {})
+            else:
+                compiled = pyro.ops.jit.trace(ignore_warnings=self.ignore_jit_warnings, jit_options=self.jit_options)(loss)
+            self._compiled = compiled
         return compiled(*args, **kwargs)
 
     def loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
@@ -306,7 +319,13 @@ class JitImportanceWeightedELBO(_Compiled, ImportanceWeightedELBO):
     :param int num_particles: m.
     :param str plate: the data plate, or None.
     :param bool ignore_jit_warnings: passed to ``pyro.ops.jit.trace``.
-    :param dict jit_options: passed to ``torch.jit.trace``.
+    :param dict jit_options: passed to ``torch.jit.trace``, or to ``torch.compile``.
+    :param str compiler: ``"torch.jit.trace"`` (Pyro's ``pyro.ops.jit``), or ``"torch.compile"``:
+        the loss, Pyro's handlers included, traced once into a graph of tensor operations with the
+        parameters as inputs (``make_fx``), which ``torch.compile`` compiles: one graph, no
+        recompilation from one step to the next, no deprecated TorchScript. With
+        ``num_particles=1`` the objective and its gradient are ``Trace_ELBO``'s on reparametrized
+        sites: the compiled ELBO of a relaxed model.
     """
 
     def __init__(
@@ -315,16 +334,18 @@ class JitImportanceWeightedELBO(_Compiled, ImportanceWeightedELBO):
         plate: Optional[str] = None,
         ignore_jit_warnings: bool = False,
         jit_options: Optional[dict[str, Any]] = None,
+        compiler: str = "torch.jit.trace",
     ) -> None:
-        super().__init__(num_particles, plate, ignore_jit_warnings, jit_options)
+        super().__init__(num_particles, plate, ignore_jit_warnings, jit_options, compiler)
 
 
 class JitVIMCO(_Compiled, VIMCO):
-    """:class:`VIMCO` with its loss compiled by ``torch.jit.trace`` (see
+    """:class:`VIMCO` with its loss compiled by ``torch.jit.trace`` or ``torch.compile`` (see
     :class:`JitImportanceWeightedELBO`).
 
     :param int num_particles: m >= 2.
     :param str plate: the data plate, or None.
     :param bool ignore_jit_warnings: passed to ``pyro.ops.jit.trace``.
-    :param dict jit_options: passed to ``torch.jit.trace``.
+    :param dict jit_options: passed to ``torch.jit.trace``, or to ``torch.compile``.
+    :param str compiler: ``"torch.jit.trace"`` or ``"torch.compile"``.
     """

@@ -250,6 +250,8 @@ def test_the_estimators_refuse_a_discrete_latent_the_guide_does_not_draw(backend
         backend.loss_samples(model, guide, loss=getattr(backend.lib, name)(plate="data"), seeds=[1])
 
 
+# NumPyro's SVI warns first (svi.init, for the host's ImportanceWeightedELBO); ours then refuses
+@pytest.mark.filterwarnings("ignore:Currently, SVI with ImportanceWeightedELBO loss does not support:UserWarning")
 def test_importance_weighted_elbo_refuses_a_discrete_latent_the_guide_does_not_draw(backend):
     model, guide = build(_model_only(), backend)
     model = backend.lib.discrete(model, sites="z1")

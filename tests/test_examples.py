@@ -243,8 +243,8 @@ def test_resume_accepts_the_options_that_may_change(capsys):
     from examples import dvae_numpyro, training
 
     saved = vars(dvae_numpyro.parse_args(["--steps", "10"]))
-    may_change = dict(steps=20, resume=True, no_progress=True, device="cpu", devices=2, no_jit=True, out="elsewhere",
-                      checkpoint_every=7, eval_every=3, eval_samples=5)
+    may_change = dict(steps=20, resume=True, no_progress=True, device="cpu", devices=2, no_jit=True, compile="default",
+                      out="elsewhere", checkpoint_every=7, eval_every=3, eval_samples=5)
     assert set(may_change) == training.RESUME_MAY_CHANGE
     training.check_resume_options("ckpt", saved, {**saved, **may_change})
     for current, named in [({**saved, "seed": 1}, "--seed: checkpoint 0, now 1"),
