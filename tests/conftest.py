@@ -85,3 +85,23 @@ def _jax_precision(request):
     (the float64 cases and the tests that build float64 arrays need it)."""
     with enable_x64(not _is_float32_case(request)):
         yield
+
+
+# The longest tests (15-40 s each: subprocesses, mypy, the docs build, the benchmarks' smoke runs,
+# the fuzz cases) start first. pytest-xdist hands out tests in collection order and rebalances by
+# stealing queued ones; a long test that starts last holds the run's end on one core while the other
+# idles. Only the order changes.
+RUN_FIRST = (
+    "tests/test_data_parallel.py::",
+    "tests/test_types.py::",
+    "tests/test_bench.py::",
+    "tests/test_fuzz_estimators.py::",
+    "tests/test_docs_snippets.py::",
+    "tests/test_examples.py::test_sigterm",
+    "tests/test_examples.py::test_resume_gives",
+    "tests/test_docs.py::",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(RUN_FIRST))  # stable: the rest keep their order

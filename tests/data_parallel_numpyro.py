@@ -102,7 +102,26 @@ def helpers_on_sharded_data():
     }
 
 
+def sharded_fit():
+    """``numpyro_training.fit`` on one device and with a ``DataParallel`` over two (blocks of 5, 5
+    and 2 steps, each gathering its batches on the devices): for tests/test_loops.py's check, in
+    this process (one JAX start with simulated devices for both files)."""
+    from tests.helpers import loop_args, numpyro_dvae
+
+    svi, step, state, train = numpyro_dvae()
+    args = loop_args(steps=12, batch_size=64, seed=0, checkpoint_every=5)
+    one_state, one = numpyro_training.fit(svi, step, state, (train,), args)
+    parallel = numpyro_training.DataParallel(2)
+    sharded_state, sharded = numpyro_training.fit(svi, step, parallel.replicate(state), (train,), args, parallel=parallel)
+    leaf = jax.tree_util.tree_leaves(sharded_state)[0]
+    return dict(fit_one=one.losses, fit_sharded=sharded.losses, fit_devices=len(leaf.sharding.device_set),
+                fit_replicated=bool(leaf.sharding.is_fully_replicated),
+                fit_max_difference=max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                                       for a, b in zip(jax.tree_util.tree_leaves(one_state), jax.tree_util.tree_leaves(sharded_state))))
+
+
 if __name__ == "__main__":
     assert jax.device_count() == DEVICES, jax.devices()
-    result = {"devices": jax.device_count(), **dvae_steps(int(sys.argv[1])), **carried_scores(), **helpers_on_sharded_data()}
+    result = {"devices": jax.device_count(), **dvae_steps(int(sys.argv[1])), **carried_scores(), **helpers_on_sharded_data(),
+              **sharded_fit()}
     print(json.dumps(result))

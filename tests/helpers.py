@@ -65,3 +65,32 @@ def assert_frequencies(counts, probs, what=""):
 def assert_two_sample(samples_a, samples_b, what=""):
     result = stats.ks_2samp(np.ravel(samples_a), np.ravel(samples_b))
     assert result.pvalue > ALPHA, f"two-sample KS {what}: p = {result.pvalue:.3g}"
+
+
+# ----------------------------------------------------------------------------- the examples' training loops
+
+
+def loop_args(**options):
+    """The options the examples' training loops read (``steps``, ``batch_size``, ``seed`` and any
+    other given); no output directory, progress bar or evaluation."""
+    import types
+
+    defaults = dict(out=None, resume=False, no_progress=True, checkpoint_every=10**9, eval_every=None, binarize="dynamic")
+    return types.SimpleNamespace(**{**defaults, **options})
+
+
+def numpyro_dvae(units=8):
+    """The dVAE example's SVI, compiled step and initial state on the 8x8 digits (small, linear
+    networks), and the training images."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+
+    from examples import data, dvae_numpyro
+
+    train = jnp.asarray(data.load("digits").train)
+    vae = dvae_numpyro.DiscreteVAE([dvae_numpyro.NodeLayer(units, 2)], False, dvae_numpyro.PAPER_TEMPERATURES[2],
+                                   train.mean(0), False)
+    svi = dvae_numpyro.make_svi(vae, numpyro.optim.Adam(1e-3))
+    step = dvae_numpyro.make_train_step(svi, "dynamic", jax.random.PRNGKey(1))
+    return svi, step, svi.init(jax.random.PRNGKey(0), train[:64]), train

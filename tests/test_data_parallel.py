@@ -25,7 +25,11 @@ def test_numpyro_sharded_svi_equals_one_device():
     replicated, the gradients all-reduced in the compiled program) give the one-device losses and
     parameters to float32 reassociation of the batch sums; a guide's Concrete sample at temperature
     0.01 (exact zeros in float32, which a value-based score refuses) is still scored from its carried
-    log-space coordinates inside the sharded program; the test-time helper runs on sharded data."""
+    log-space coordinates inside the sharded program; the test-time helper runs on sharded data.
+    The same process (one JAX start with simulated devices) also runs tests/test_loops.py's check of
+    ``numpyro_training.fit`` with a ``DataParallel`` over 2 of the devices, each gathering its half
+    of every batch inside the blocks: the one-device run's losses and state, up to float32
+    reassociation of the batch sums, the state replicated."""
     run = subprocess.run([sys.executable, "-m", "tests.data_parallel_numpyro", "5"], cwd=ROOT, env=_simulated_devices_env(4),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -38,6 +42,9 @@ def test_numpyro_sharded_svi_equals_one_device():
     np.testing.assert_allclose(r["carried_sharded"], r["carried_one"], rtol=5e-5)
     assert r["helper_input_devices"] == 4 and -40 < r["helper_mean"] < -15
     assert r["helper_max_abs_difference"] < 1e-3 and r["helper_eager_max_abs_difference"] < 1e-3
+    assert r["fit_devices"] == 2 and r["fit_replicated"] and len(r["fit_sharded"]) == 12
+    np.testing.assert_allclose(r["fit_sharded"], r["fit_one"], rtol=1e-5)
+    assert r["fit_max_difference"] < 1e-4
 
 
 def _torchrun(tmp_path, *argv):

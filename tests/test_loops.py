@@ -8,13 +8,13 @@ themselves: their outputs, resumed runs, SIGTERM.)"""
 import math
 import os
 import signal
-import types
 
 import numpy as np
 import pytest
 
 from examples import data
 from tests.backends import enable_x64
+from tests.helpers import loop_args, numpyro_dvae
 
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
@@ -25,10 +25,7 @@ NUM, BATCH, SEED, STEPS = 100, 32, 5, 11
 
 
 def _args(**options):
-    """The options the loops read; no output directory, progress bar or evaluation."""
-    defaults = dict(steps=STEPS, batch_size=BATCH, seed=SEED, out=None, resume=False, no_progress=True,
-                    checkpoint_every=10**9, eval_every=None, binarize="dynamic")
-    return types.SimpleNamespace(**{**defaults, **options})
+    return loop_args(**{"steps": STEPS, "batch_size": BATCH, "seed": SEED, **options})
 
 
 def _expected(step):
@@ -109,21 +106,6 @@ def test_numpyro_fit_gives_each_step_the_rows_of_batch_indices(block, monkeypatc
         assert history.losses == [float(NUM * (NUM - 1) // 2)] * STEPS
 
 
-def _numpyro_dvae(units=8):
-    """The dVAE example's SVI and compiled step on the 8x8 digits (small, linear networks)."""
-    import jax.numpy as jnp
-    import numpyro
-
-    from examples import dvae_numpyro
-
-    train = jnp.asarray(data.load("digits").train)
-    vae = dvae_numpyro.DiscreteVAE([dvae_numpyro.NodeLayer(units, 2)], False, dvae_numpyro.PAPER_TEMPERATURES[2],
-                                   train.mean(0), False)
-    svi = dvae_numpyro.make_svi(vae, numpyro.optim.Adam(1e-3))
-    step = dvae_numpyro.make_train_step(svi, "dynamic", jax.random.PRNGKey(1))
-    return svi, step, svi.init(jax.random.PRNGKey(0), train[:64]), train
-
-
 def test_numpyro_blocks_compute_the_steps_one_call_at_a_time_bit_for_bit(monkeypatch):
     """``numpyro_training.fit`` (blocks of 20, 20 and 5 steps, each a compiled scan gathering its
     batches; 19 steps an epoch) against the former loop: one call of the dVAE example's compiled
@@ -133,7 +115,7 @@ def test_numpyro_blocks_compute_the_steps_one_call_at_a_time_bit_for_bit(monkeyp
 
     monkeypatch.setattr(numpyro_training, "BLOCK", 20)
     with enable_x64(False):
-        svi, step, state, train = _numpyro_dvae()
+        svi, step, state, train = numpyro_dvae()
         args = _args(steps=45, batch_size=64, seed=0)
         blocked, history = numpyro_training.fit(svi, step, state, (train,), args)
         losses = []
@@ -165,44 +147,8 @@ def _pyro_dvae(loop, args):
     return loop(step, vae, train, args), vae.state_dict()
 
 
-SHARDED = """
-import json
-import jax
-import numpy as np
-from examples import numpyro_training
-from tests.test_loops import _args, _numpyro_dvae
-
-svi, step, state, train = _numpyro_dvae()
-args = _args(steps=12, batch_size=64, seed=0, checkpoint_every=5)  # blocks of 5, 5 and 2 steps
-one_state, one = numpyro_training.fit(svi, step, state, (train,), args)
-parallel = numpyro_training.DataParallel(2)
-sharded_state, sharded = numpyro_training.fit(svi, step, parallel.replicate(state), (train,), args, parallel=parallel)
-leaf = jax.tree_util.tree_leaves(sharded_state)[0]
-print(json.dumps(dict(one=one.losses, sharded=sharded.losses, devices=len(leaf.sharding.device_set),
-                      replicated=bool(leaf.sharding.is_fully_replicated),
-                      max_difference=max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-                                         for a, b in zip(jax.tree_util.tree_leaves(one_state), jax.tree_util.tree_leaves(sharded_state))))))
-"""
-
-
-def test_numpyro_fit_sharded_over_two_devices_computes_the_one_device_run():
-    """``fit`` with a ``DataParallel`` over 2 simulated CPU devices (a subprocess: they exist from
-    JAX's start), each device gathering its half of every batch inside the blocks: the one-device
-    run's losses and state, up to float32 reassociation of the batch sums, the state replicated."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count=2 {env.get('XLA_FLAGS', '')}".strip()
-    run = subprocess.run([sys.executable, "-c", SHARDED], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["devices"] == 2 and result["replicated"] and len(result["sharded"]) == 12
-    np.testing.assert_allclose(result["sharded"], result["one"], rtol=1e-5)
-    assert result["max_difference"] < 1e-4
+# ``fit`` with a ``DataParallel`` over 2 simulated devices: checked in tests/test_data_parallel.py,
+# whose subprocess has the devices from JAX's start (tests/data_parallel_numpyro.py: sharded_fit)
 
 
 def test_pyro_fit_computes_the_former_loop_bit_for_bit():
@@ -246,7 +192,7 @@ def test_numpyro_run_stopped_off_a_block_boundary_resumes_to_the_uninterrupted_r
     from examples import numpyro_training
 
     with enable_x64(False):
-        svi, step, state, train = _numpyro_dvae()
+        svi, step, state, train = numpyro_dvae()
         options = dict(steps=60, batch_size=64, seed=0, out=str(tmp_path))
         whole_state, whole = numpyro_training.fit(svi, step, state, (train,), _args(**{**options, "out": None}))
         with pytest.raises(SystemExit) as stopped:
