@@ -9,7 +9,8 @@ is the SVI step the example builds for ``--estimator NAME`` (``make_svi``), NumP
 eager: they differentiate their own gradient estimate). Repetitions are interleaved; a ratio is the
 median over the repetitions of the contestant's time over the Concrete step's in the same repetition.
 
-Run: ``python -m bench.estimators`` (``--quick`` for a few short repetitions; ``--ppl numpyro|pyro``).
+Run: ``python -m bench.estimators`` (``--quick`` for a few short repetitions, each estimator in one
+of the PPLs, alternating, Concrete in both; ``--ppl numpyro|pyro``).
 """
 
 
@@ -39,12 +40,12 @@ def _batches(dataset):
     return [dataset.train[data.batch_indices(len(dataset.train), BATCH, 0, i)] for i in range(64)]
 
 
-def numpyro_steps(dataset):
+def numpyro_steps(dataset, names=ESTIMATORS):
     """estimator -> a function running one compiled NumPyro step (each keeps its own state)."""
     batches = [jnp.asarray(b) for b in _batches(dataset)]
     base_rate = jnp.asarray(dataset.train.mean(0))
     steps = {}
-    for estimator in ESTIMATORS:
+    for estimator in names:
         vae = numpyro_example.DiscreteVAE([numpyro_example.NodeLayer(UNITS, 2)], True, numpyro_example.PAPER_TEMPERATURES[2],
                                           base_rate, estimator == "reinforce")
         svi = numpyro_example.make_svi(vae, numpyro.optim.Adam(LR), estimator)
@@ -61,14 +62,14 @@ def numpyro_steps(dataset):
     return steps
 
 
-def pyro_steps(dataset):
+def pyro_steps(dataset, names=ESTIMATORS):
     """estimator -> a function running one step of the Pyro example's SVI (each its own parameters:
     the module is registered under the same name, so each step first restores its own param store)."""
     batches = [torch.as_tensor(b) for b in _batches(dataset)]
     base_rate = torch.as_tensor(dataset.train.mean(0))
     store = pyro.get_param_store()
     steps = {}
-    for estimator in ESTIMATORS:
+    for estimator in names:
         store.clear()
         torch.manual_seed(0)
         vae = pyro_example.DiscreteVAE(dataset.dim, [pyro_example.NodeLayer(UNITS, 2)], True,
@@ -95,8 +96,12 @@ def main(argv=None):
           "after warm-up; ratio: median over the repetitions of the time over the same PPL's Concrete step's")
     builders = {"numpyro": numpyro_steps, "pyro": pyro_steps}
     result = {}
-    for ppl in args.ppl.split(","):
-        steps = builders[ppl](dataset)
+    ppls = args.ppl.split(",")
+    for index, ppl in enumerate(ppls):
+        names = ESTIMATORS
+        if args.quick and len(ppls) > 1:  # a smoke run: each estimator in one PPL, Concrete (the reference) in each
+            names = ["concrete"] + [n for i, n in enumerate(ESTIMATORS[1:]) if i % len(ppls) == index]
+        steps = builders[ppl](dataset, names)
         times = interleaved_times(steps, args.repetitions, {name: args.steps for name in steps}, warmup=3)
         print(f"\n{ppl}\n| estimator | ms/step | vs Concrete |\n|---|---|---|")
         for name, t in times.items():

@@ -11,7 +11,8 @@ Environments (what cannot be installed here is said in the README's table, not t
   installs here only as a CUDA build).
 - ``newest-jax``: Python 3.12 and the newest jax, jaxlib and numpyro (jax >= 0.11 needs Python
   3.12), the NumPyro half only (``CONCRETE_TEST_BACKENDS=numpyro``: torch for Python 3.12 is a CUDA
-  build here).
+  build here), and the NumPyro examples' tests (``tests/test_examples.py -k numpyro``: the mixture,
+  GMM and HMM examples once failed on jax 0.11, issue 31).
 
 The subset: every conformance file that runs the distributions, the test-time modes, the losses and
 estimators and the host's machinery through both backends' adapters (it reaches every public name of
@@ -47,6 +48,7 @@ SUBSET = [
     "tests/test_pyro_jit.py", "tests/test_pyro_compile.py", "tests/test_devices.py",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6.100", "scipy>=1.11"]
+EXAMPLE_TOOLS = ["tqdm>=4.60", "matplotlib>=3.7", "scikit-learn>=1.3"]  # pyproject's "examples" extra
 ENVIRONMENTS = {
     "oldest": dict(
         python="3.11", backends="pyro,numpyro",
@@ -59,7 +61,7 @@ ENVIRONMENTS = {
     ),
     "newest-jax": dict(
         python="3.12", backends="numpyro",
-        packages=["jax", "jaxlib", "numpyro", "funsor", "numpy"],
+        packages=["jax", "jaxlib", "numpyro", "funsor", "numpy"], examples="numpyro",
     ),
 }
 REPORTED = ["python", "torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "funsor", "numpy"]
@@ -84,7 +86,7 @@ def build(name, spec, where):
     shutil.rmtree(where, ignore_errors=True)
     subprocess.run([str(python), "-m", "venv", str(where)], check=True)
     venv_python = where / "bin" / "python"
-    packages = list(spec["packages"])
+    packages = list(spec["packages"]) + (EXAMPLE_TOOLS if spec.get("examples") else [])
     torch = [p for p in packages if p.startswith("torch")]
     steps = ([torch] if torch else []) + [packages + TEST_TOOLS, ["--no-deps", "-e", "."]]
     for step in steps:  # torch first: the CPU file on this disk, before anything asks for torch
@@ -108,12 +110,20 @@ def versions(venv_python):
 
 
 def test(venv_python, spec):
+    """The subset, then (``examples``: one PPL) that PPL's example tests; (status, summary, seconds, output)."""
     env = {**os.environ, "CONCRETE_TEST_BACKENDS": spec["backends"]}
     start = time.perf_counter()
-    done = run([str(venv_python), "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "-p", "no:cacheprovider", *SUBSET],
-               env=env, timeout=5400)
-    summary = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line or " error" in line]
-    return done.returncode, (summary[-1] if summary else done.stdout[-500:]), time.perf_counter() - start, done.stdout
+    pytest = [str(venv_python), "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "-p", "no:cacheprovider"]
+    runs = [pytest + SUBSET]
+    if spec.get("examples"):
+        runs.append(pytest + ["tests/test_examples.py", "-k", spec["examples"]])
+    status, summaries, output = 0, [], ""
+    for command in runs:
+        done = run(command, env=env, timeout=5400)
+        lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line or " error" in line]
+        summaries.append((lines[-1] if lines else done.stdout[-500:]).strip("= "))
+        status, output = status or done.returncode, output + done.stdout
+    return status, "; examples: ".join(summaries), time.perf_counter() - start, output
 
 
 def main(argv=None):
