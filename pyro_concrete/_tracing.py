@@ -53,11 +53,14 @@ class GraphFunction:
 
             # tracing draws no random numbers of the call's own: the call draws what eager would
             with torch.random.fork_rng(devices=_cuda_devices(args)):
-                if self.param_names is None:
-                    with poutine.block(), poutine.trace(param_only=True) as capture:
-                        self.fn(*args, **kwargs)
-                    self.param_names = sorted(capture.trace.nodes)
-                names, fn = self.param_names, self.fn
+                with poutine.block(), poutine.trace(param_only=True) as capture:
+                    self.fn(*args, **kwargs)
+                names = sorted(capture.trace.nodes)
+                if self.param_names is not None and names != self.param_names:
+                    # a graph holds the parameters it did not take as inputs as constants: never trained
+                    raise NotImplementedError(f"a compiled loss needs the same parameters at every call: the first call "
+                                              f"had {self.param_names}, this one (new shapes) has {names}")
+                self.param_names, fn = names, self.fn
 
                 def replayed(*params_and_args):
                     constrained = {name: pyro.param(name) for name in names}  # their unconstrained values: the inputs

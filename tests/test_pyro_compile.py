@@ -278,6 +278,29 @@ def test_a_compiled_loss_names_its_compilers():
         pc.JitImportanceWeightedELBO(1, "data", compiler="inductor")
 
 
+def test_a_compiled_loss_refuses_parameters_that_change_with_the_shapes(no_recompilation):
+    """A parameter first made for a new batch shape would be a constant of that shape's graph,
+    never trained: refused, naming both sets."""
+    import pyro
+
+    pyro.clear_param_store()
+
+    def model(x):
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pc.BinConcrete(0.5, logits=torch.zeros(())))
+
+    def guide(x):
+        logits = pyro.param(f"logits_{x.shape[0]}", torch.zeros(x.shape[0]))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pc.BinConcrete(0.5, logits=logits))
+
+    loss = pc.JitImportanceWeightedELBO(1, "data", compiler="torch.compile", jit_options=dict(backend="eager"))
+    with pyro.validation_enabled(False):
+        assert torch.isfinite(loss.differentiable_loss(model, guide, torch.zeros(4)))
+        with pytest.raises(NotImplementedError, match=r"the first call had \['logits_4'\], this one \(new shapes\) has \['logits_5'\]"):
+            loss.differentiable_loss(model, guide, torch.zeros(5))
+
+
 def test_the_dvae_example_compiled_step_trains_as_its_eager_step(no_recompilation):
     """``examples.dvae_pyro``'s ``--compile`` step (L_1 through ``torch.compile``) against its
     uncompiled step (``Trace_ELBO``) from the same parameters and seeds: the same losses and the
