@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 
 from examples import data, training
-from examples.pyro_training import History
+from examples.training import History  # not from pyro_training: NumPyro's examples run without torch
 
 # JAX is imported in fit(), not here: the scripts read a checkpoint (read_checkpoint) while parsing
 # their options, before JAX is imported, which reads JAX_PLATFORMS (--device) once, on import.

@@ -3,19 +3,11 @@ SIGINT/SIGTERM, the progress bar and periodic evaluation."""
 
 import gc
 import io
-from dataclasses import dataclass, field
 
 import torch
 
 from examples import data, training
-
-
-@dataclass
-class History:
-    step: int = 0
-    losses: list = field(default_factory=list)  # one per step, per data point
-    evaluations: list = field(default_factory=list)  # (step, value)
-    seconds: float = 0.0  # training wall time, without evaluation and checkpoints
+from examples.training import History
 
 
 def read_checkpoint(path, args):

@@ -11,8 +11,19 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
+
+
+@dataclass
+class History:
+    """A run's record, in both PPLs' checkpoints (``pyro_training.fit``, ``numpyro_training.fit``)."""
+
+    step: int = 0
+    losses: list = field(default_factory=list)  # one per step, per data point
+    evaluations: list = field(default_factory=list)  # (step, value)
+    seconds: float = 0.0  # training wall time, without evaluation and checkpoints
 
 
 def positive_int(text):

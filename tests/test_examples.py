@@ -133,6 +133,22 @@ def test_sigterm_saves_and_resume_finishes_like_an_uninterrupted_run(ppl, tmp_pa
         np.testing.assert_array_equal(a, b)
 
 
+def test_the_numpyro_examples_import_no_torch():
+    """A NumPyro user need not have torch: every NumPyro example and its training loop import with
+    torch made unimportable (the loop once took its History from the Pyro loop, which imports torch;
+    ``make compat``'s torch-less newest-jax environment runs them whole)."""
+    modules = ["examples.numpyro_training"] + [f"examples.{name}_numpyro" for name in ("dvae", "structured", "mixture", "l0", "gmm", "hmm")]
+    block = ("import sys\n"
+             "class NoTorch:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] == 'torch':\n"
+             "            raise ImportError('torch is not installed (blocked by the test)')\n"
+             "sys.meta_path.insert(0, NoTorch())\n")
+    script = block + "".join(f"import {m}\n" for m in modules) + "assert 'torch' not in sys.modules\nprint('ok')"
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
 @pytest.mark.parametrize("ppl", PPLS)
 def test_missing_data_gives_a_clear_message(ppl, tmp_path, capsys):
     with pytest.raises(SystemExit):
