@@ -414,13 +414,12 @@ def test_pyro_step_computes_the_update_of_svi_step(estimator, jit):
 def test_out_that_is_a_file_fails_before_training(script, tmp_path, capsys, monkeypatch):
     """--out an existing regular file, or below one: one line before any data, model or step
     (the loops are replaced by ones that fail the test), not an error at the first checkpoint."""
-    from examples import numpyro_training, pyro_training
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(pyro_training, "fit", no_training)
-    monkeypatch.setattr(numpyro_training, "fit", no_training)
+    for loop in _training_loops(script):
+        monkeypatch.setattr(loop, "fit", no_training)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory\n")
     for out, expected in [(blocker, "is not a directory"), (blocker / "run", "is not a writable directory")]:
@@ -476,14 +475,30 @@ EXAMPLES = ("dvae", "structured", "mixture", "l0", "gmm", "hmm")
 
 @pytest.fixture
 def no_training(monkeypatch):
-    """Both training loops replaced by ones that fail the test: what is checked must fail before."""
-    from examples import numpyro_training, pyro_training
+    """Both training loops (the NumPyro one alone where torch is not installed) replaced by ones
+    that fail the test: what is checked must fail before."""
 
     def fit(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(pyro_training, "fit", fit)
-    monkeypatch.setattr(numpyro_training, "fit", fit)
+    for loop in _training_loops():
+        monkeypatch.setattr(loop, "fit", fit)
+
+
+def _training_loops(script=""):
+    """The examples' training loop modules: ``script``'s PPL's, or both (NumPyro's alone without torch:
+    a NumPyro user's environment, make compat's newest-jax)."""
+    import importlib
+
+    names = [f"examples.{ppl}_training" for ppl in ("pyro", "numpyro") if not script or script.endswith(f"_{ppl}")]
+    loops = []
+    for name in names:
+        try:
+            loops.append(importlib.import_module(name))
+        except ImportError:  # torch absent
+            if script:
+                raise
+    return loops
 
 
 def _tree(directory):
