@@ -159,7 +159,7 @@ def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True, 
     ``compile``: ``torch.compile``'s options (``{}`` for its defaults), to compile the loss with it
     instead of ``torch.jit.trace`` (``compiler="torch.compile"``: the loss traced into one graph, the
     parameters its inputs); for the losses that have a compiled form (concrete; reinforce at m > 1)."""
-    if compile is not None and not (estimator == "concrete" or (estimator == "reinforce" and particles > 1)):
+    if compile is not None and not has_compiled_loss(estimator, particles):
         raise ValueError(f"compile: --estimator {estimator} at --particles {particles} has no compiled loss; "
                          "compile works with concrete, and with reinforce at --particles > 1 (VIMCO)")
     if estimator == "concrete":
@@ -232,7 +232,7 @@ def parse_args(argv):
     if args.compile is not None:
         if args.no_jit:
             training.fail("--compile and --no-jit: choose one (--compile compiles the loss with torch.compile)")
-        if not (args.estimator == "concrete" or (args.estimator == "reinforce" and args.particles > 1)):
+        if not has_compiled_loss(args.estimator, args.particles):
             training.fail(f"--compile: --estimator {args.estimator} at --particles {args.particles} has no compiled loss; "
                           "use concrete, or reinforce with --particles > 1 (VIMCO)")
         if "WORLD_SIZE" in os.environ:
@@ -241,6 +241,11 @@ def parse_args(argv):
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+def has_compiled_loss(estimator, particles):
+    """Whether ``--compile`` has a loss to compile: L_m of the relaxed model, or VIMCO (reinforce, m > 1)."""
+    return estimator == "concrete" or (estimator == "reinforce" and particles > 1)
 
 
 # the losses whose gradient DDP can all-reduce: a differentiable_loss, parameters only in the module

@@ -70,13 +70,8 @@ class GraphFunction:
                 with pyro.validation_enabled(False):  # as pyro.ops.jit: value checks are data-dependent
                     graph = make_fx(replayed)(*params, *args)
             self.compiled[key] = torch.compile(graph, **self.options)
-        params = [pyro.param(name).unconstrained() for name in self.param_names]
-        with poutine.block(hide=self.param_names), poutine.trace(param_only=True) as capture:
-            result = self.compiled[key](*params, *args)
-        new = sorted(set(capture.trace.nodes) - set(self.param_names))
-        if new:
-            raise NotImplementedError(f"a compiled loss needs every parameter created on its first call; found new ones: {new}")
-        return result
+        # the compiled graph calls no pyro.param: the parameters are checked where each shape is traced
+        return self.compiled[key](*[pyro.param(name).unconstrained() for name in self.param_names], *args)
 
 
 def _cuda_devices(args):
