@@ -70,7 +70,7 @@ def test_scaling_quick_measures_both_frameworks(capsys):
 def test_svi_quick_times_the_examples_and_the_floors(capsys):
     from bench import svi
 
-    # the --compile contestant's inductor compilation (about 30 CPU-s) left out: its step is tested in
+    # the --compile contestant's inductor compilation (tens of CPU-seconds) left out: its step is tested in
     # test_pyro_compile.py, its time in bench/results
     medians = svi.main(["--quick", "--dataset", "digits", "--compile-mode", "none"])
     assert "digits" in capsys.readouterr().out
