@@ -1,8 +1,11 @@
 """Kernel speed: one sample and its log_prob, ``d.log_prob(d.rsample()).sum()``, forward only and
 forward + gradient with respect to the logits, for the four distributions, temperature 0.5, float32,
-on the workloads W1 = logits (1024, 200, 2), W2 = (1024, 200, 8), W3 = (64, 10, 1000) (the binary
-distributions read the same logits as independent variables). The distribution is built inside the
-timed call, as in a model whose logits come from a network.
+on the workloads W1 = logits (1024, 200, 2), W2 = (1024, 200, 8), W3 = (64, 10, 1000) and W4 = (8,
+2, 8) (the binary distributions read the same logits as independent variables). The distribution is
+built inside the timed call, as in a model whose logits come from a network. W4 is launch-bound:
+its kernels take next to no time, so what is timed is the host's work per call (Python, torch's
+dispatch, autograd), which is what a GPU's time per call is at sizes it finishes faster than they
+are launched (issue 30: the floor took about 1 ms on every workload on an H200).
 
 torch: ours (Pyro backend) with validation on (Pyro's default) and off; torch.distributions'
 RelaxedOneHotCategorical / ExpRelaxedCategorical / RelaxedBernoulli / LogitRelaxedBernoulli, same;
@@ -18,9 +21,17 @@ hand-written floor; the memory-traffic floor.
 detects edits of a sample that bypass torch's version counter (``_carry``): comparing the whole
 sample with a copy on every recall, as a paired ratio of fwd+grad times with validation on.
 
+``--count``: instead, the kernels each torch contestant launches per call (fwd+grad, every
+operation that computes: views and ``detach`` left out) and the operations that read a tensor back
+to the host (``.item()``, ``bool()``, ``torch.equal``) or copy host data to the device
+(``torch.tensor``), each of which waits for a GPU to finish its queue. Counted on W3, whose 1000
+categories take torch's ``log_softmax`` as every device but the CPU does at any size (the CPU
+below 16 categories takes plain ops, see ``_numerics.log_softmax``); the counts do not depend on
+the sizes otherwise.
+
 Run: ``python -m bench.kernels`` (``--quick`` for a short smoke run; ``--device cuda`` for the torch
 half on a GPU, each timed call then ending with ``torch.cuda.synchronize()``; JAX runs on its default
-backend, a GPU where jax has one).
+backend, a GPU where jax has one; ``--count``).
 """
 
 import argparse
@@ -38,7 +49,7 @@ from pyro_concrete import _carry
 from pyro_concrete._numerics import log_softmax
 from bench.harness import calls_per_block, interleaved, interleaved_times, machine_line
 
-WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000)}
+WORKLOADS = {"W1": (1024, 200, 2), "W2": (1024, 200, 8), "W3": (64, 10, 1000), "W4": (8, 2, 8)}
 NAMES = ("Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete")
 T = 0.5
 DEVICE = torch.device("cpu")  # the torch contestants' (--device)
@@ -112,6 +123,7 @@ def torch_contestants(name, shape, grad):
                     fn(logits)
                 synchronize()
 
+        call.score = fn  # for --count
         return call
 
     def score(make):
@@ -127,6 +139,64 @@ def torch_contestants(name, shape, grad):
         "memory floor (noise + softmax)": timed(_torch_memory_floor(name)),
     }
 
+
+# ----------------------------------------------------------------------------- kernel count
+
+
+_NOT_KERNELS = (
+    "detach", "view", "_unsafe_view", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "t",
+    "transpose", "as_strided", "alias", "_reshape_alias", "scalar_tensor",
+)
+_HOST_WAITS = ("_local_scalar_dense", "equal", "is_nonzero", "item", "lift_fresh")
+
+
+class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """The kernels launched (operations that compute) and the host waits (see ``--count``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels, self.waits = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]  # aten.view.dtype -> view
+        if name in _HOST_WAITS:
+            self.waits += 1
+        elif name not in _NOT_KERNELS:
+            self.kernels += 1
+        return func(*args, **(kwargs or {}))
+
+
+def counted(fn, logits):
+    """(kernels forward, kernels forward + gradient, host waits) of one call of ``fn``, after one
+    call not counted."""
+    leaf = logits.clone().requires_grad_()
+    fn(leaf).backward()
+    forward, whole = _Recorder(), _Recorder()
+    with forward:
+        out = fn(leaf)
+    with whole:
+        out.backward()
+    return forward.kernels, forward.kernels + whole.kernels, forward.waits + whole.waits
+
+
+def count(names):
+    """The ``--count`` table, one row per contestant and distribution, on W3 (see ``--count``)."""
+    print(machine_line())
+    print("# kernels launched and host waits per call of d.log_prob(d.rsample()).sum(), fwd+grad, W3 (see --count)")
+    print("\n| distribution | contestant | kernels fwd | kernels fwd+grad | / floor | host waits |")
+    print("|---|---|---|---|---|---|")
+    results = {}
+    for name in names:
+        contestants = torch_contestants(name, WORKLOADS["W3"], grad=True)
+        logits = torch.randn(WORKLOADS["W3"])
+        if name in ("BinConcrete", "LogitBinConcrete"):
+            logits = logits.reshape(logits.shape[0], -1)
+        rows = {label: counted(fn.score, logits) for label, fn in contestants.items()}
+        floor = rows["floor (same math)"][1]
+        for label, (fwd, whole, waits) in rows.items():
+            results[(name, label)] = (fwd, whole, waits)
+            print(f"| {name} | {label} | {fwd} | {whole} | {whole / floor:.2f}x | {waits} |")
+    return results
 
 # ----------------------------------------------------------------------------- JAX
 
@@ -332,7 +402,10 @@ def main(argv=None):
         "--content-check", action="store_true",
         help="instead: what comparing the whole sample on every recall would cost over sentinel rows (torch)",
     )
+    parser.add_argument("--count", action="store_true", help="instead: kernels and host waits per call (torch)")
     args = parser.parse_args(argv)
+    if args.count:
+        return count(args.distribution or list(NAMES))
     global DEVICE
     DEVICE = torch.device(args.device)
     workloads = args.workload or list(WORKLOADS)

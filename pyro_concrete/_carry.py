@@ -10,6 +10,7 @@ keyed by the sample's memory holds them. The distributions call it once per ``rs
 per ``log_prob``.
 """
 
+import math
 import weakref
 
 import torch
@@ -119,11 +120,16 @@ class Carry:
         ``log_prob`` uses :meth:`scoring_coordinates`."""
         if _traced():
             return _traced_coordinates(value, kinds, link=False)
-        found = self._lookup(value, kinds)
+        found = self._lookup(value, kinds, on_host=True)
         return None if found is None else found[2]
 
-    def scoring_coordinates(self, value, kinds):
+    def scoring_coordinates(self, value, kinds, validate=True):
         """The coordinates with which ``log_prob`` scores ``value``, or None (not an own sample).
+
+        ``validate`` is the distribution's validation. On, the memory check (see the class) is decided
+        on the host, and a sample whose memory changed is scored from its value (None). Off, nothing
+        waits for the device: the check runs there, and the coordinates of a changed sample are NaN,
+        as under a tracer.
 
         Gradients (reverse and forward mode): to the sampler's parameters through the carried
         coordinates if the value is the sample (or a view of it); none through them if it is a
@@ -133,26 +139,29 @@ class Carry:
         returned."""
         if _traced():
             return _traced_coordinates(value, kinds, link=True)
-        found = self._lookup(value, kinds)
+        found = self._lookup(value, kinds, on_host=validate)
         if found is None:
             return None
-        entry, sample, y = found
+        entry, sample, y, changed = found
         if entry.coordinates is None:
-            return value
+            return value if changed is None else value.masked_fill(changed, math.nan)
         if not _connected(value, sample):
             y = y.detach()
         if not (value.requires_grad and torch.is_grad_enabled()) and _tangent(value) is None:
-            return y.detach()  # no derivative with respect to the value can be asked for
+            # no derivative with respect to the value can be asked for
+            return y.detach() if changed is None else y.detach().masked_fill(changed, math.nan)
         relaxed = None if entry.kind.straight_through else value
         # the sampler's node, to hand the gradient to; not under torch.jit.trace, whose graph would
         # keep the node of the sample drawn while tracing as a constant
         shown = sample.grad_fn if value is sample and not torch.jit.is_tracing() else None
         shown = shown if isinstance(shown, _Show._backward_cls) else None
-        return _Link.apply(value, y, relaxed, entry.kind.binary, shown)
+        return _Link.apply(value, y, relaxed, entry.kind.binary, shown, changed)
 
     @quiet_under_trace
-    def _lookup(self, value, kinds):
-        """(entry, sample, coordinates viewed as the value) for a trusted entry, or None."""
+    def _lookup(self, value, kinds, on_host):
+        """(entry, sample, coordinates viewed as the value, changed) for a trusted entry, or None.
+        ``on_host``: the memory check decided here (``changed`` None), else left to the device
+        (``changed`` a 0-dim boolean tensor, True if the memory changed)."""
         try:
             storage = value.untyped_storage()
             entry = self._entries.get(storage._cdata)
@@ -173,9 +182,17 @@ class Carry:
             return None
         # an ExpConcrete / LogitBinConcrete sample is its own coordinates
         coordinates = _view(entry, sample, value, sample if entry.coordinates is None else entry.coordinates)
-        if coordinates is None or not _unchanged(entry, sample):
+        if coordinates is None:
             return None
-        return entry, sample, value if entry.coordinates is None else coordinates
+        changed = None
+        if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
+            pass
+        elif on_host:
+            if not _unchanged(entry, sample):
+                return None
+        else:
+            changed = _changed(entry, sample)
+        return entry, sample, value if entry.coordinates is None else coordinates, changed
 
 
 carry = Carry()  # the registry of this process, which every distribution of the package uses
@@ -273,15 +290,11 @@ class _TracedLink(_CompiledLink):
 
 def _traced_slope(y, logit):
     """dx/dy of the relaxed sample x = exp(y) (sigmoid(y)), from y."""
-    if logit:
-        x = torch.sigmoid(y)
-        return x * (1 - x)
-    return torch.exp(y)
+    return _slope_of(torch.sigmoid(y) if logit else torch.exp(y), logit)
 
 
 def _within_bound(quotient):
-    """``quotient`` where it is within ±_bound, else 0 (also at NaN): data-independent, for traced code
-    (the eager :func:`_carried_part` decides the same with one host-side reduction first)."""
+    """``quotient`` where it is within ±_bound, else 0 (also at NaN): decided on the device."""
     return torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)
 
 
@@ -295,25 +308,30 @@ def _rows(flat_sample, kind, num_categories):
     return flat_sample.view(-1, num_categories) if kind.n_ary else flat_sample
 
 
-def _same_bits(tensor, copy):
-    """Whether ``tensor`` holds exactly the bits of ``copy`` (same geometry): xor as integers, then one
-    reduction, no boolean tensor (torch's CPU kernels for those are not vectorized)."""
-    if tensor.numel() == 0:
-        return True
-    integer = _INTEGER_OF_SIZE[tensor.element_size()]
-    low, high = torch.aminmax(tensor.view(integer) ^ copy.view(integer))
-    return int(low) == 0 and int(high) == 0
+def _written(entry, sample):
+    """(what the sample's memory holds now, what the sampler wrote there): in full for a sample that
+    is a view (rare), else the sentinel rows (see :class:`Carry`); as integers, so that the
+    comparison is of bits."""
+    detached = sample.detach()
+    if entry.copy is not None:
+        now, then = detached, entry.copy
+    else:
+        rows = _rows(detached.reshape(-1), entry.kind, sample.shape[-1] if sample.dim() else 1)
+        now, then = rows[:: entry.sentinel_step][: entry.sentinels.shape[0]], entry.sentinels
+    integer = _INTEGER_OF_SIZE[now.element_size()]
+    return now.view(integer), then.view(integer)
 
 
 def _unchanged(entry, sample):
-    """Whether the sample's memory still holds what the sampler wrote (see :class:`Carry`)."""
-    if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
-        return True
-    detached = sample.detach()
-    if entry.copy is not None:
-        return _same_bits(detached, entry.copy)
-    rows = _rows(detached.reshape(-1), entry.kind, sample.shape[-1] if sample.dim() else 1)
-    return torch.equal(rows[:: entry.sentinel_step][: entry.sentinels.shape[0]], entry.sentinels)
+    """Whether the sample's memory still holds what the sampler wrote, decided on the host."""
+    return torch.equal(*_written(entry, sample))
+
+
+def _changed(entry, sample):
+    """Not :func:`_unchanged`, decided on the device with nothing waiting for it: a 0-dim boolean
+    tensor (the coordinates are then filled with NaN where it is True: one ``masked_fill``)."""
+    now, then = _written(entry, sample)
+    return torch.ne(now, then).any()
 
 
 def _view(entry, sample, value, coordinates):
@@ -346,117 +364,114 @@ def _connected(value, sample):
 
 
 class _Link(torch.autograd.Function):
-    """The coordinates y in the forward pass. In the backward pass the gradient g with respect to y
+    """The coordinates y in the forward pass (NaN if ``changed``, where the memory check was left to
+    the device). In the backward pass the gradient g with respect to y
     is split: the part the value x can carry, ``g dy/dx`` where that is finite, goes to x, and the
     rest to y, so that ``torch.autograd.grad(log_prob, x)`` reaches the sample while the sampler's
     parameters still receive exactly g through y (through x and its exp/sigmoid, plus the rest),
     also where x underflowed to 0 or 1 and dy/dx is infinite. Where the value is the sample itself,
-    g and the rest are handed to the sampler's :class:`_Show` node instead of y (which then needs no
-    pass through x when nothing else reached it). Under ``create_graph`` the split is differentiable
+    g is handed to the sampler's :class:`_Show` node instead (which then needs no pass through x
+    when nothing else reached it). Under ``create_graph`` the split is differentiable
     (dy/dx is computed from x itself) and goes to y directly. In forward mode the tangent is y's own
-    where the value is the sample, else the value's times dy/dx."""
+    where the value is the sample, else the value's times dy/dx. Nothing here waits for the device."""
 
     @staticmethod
-    def forward(ctx, value, y, relaxed, logit, shown):
+    def forward(ctx, value, y, relaxed, logit, shown, changed):
         ctx.logit, ctx.shown = logit, shown
         ctx.save_for_backward(y, relaxed)
         ctx.save_for_forward(y, relaxed)
         ctx.set_materialize_grads(False)  # jvp: an input without a tangent gets None, not zeros
-        return y.view_as(y)
+        return y.view_as(y) if changed is None else y.masked_fill(changed, math.nan)
 
     @staticmethod
     def backward(ctx, g):
         if g is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         slope = _slope(ctx)
-        gx, whole = _carried_part(g, slope)
+        gx = _carried_part(g, slope)
+        if ctx.shown is not None and not torch.is_grad_enabled():
+            _offer(ctx.shown, gx, g)  # the sampler's _Show gives y the rest, if it needs to
+            return gx, None, None, None, None, None
         # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing and the
         # rest of g goes to y
-        rest = None if whole else torch.addcmul(g, gx, slope, value=-1)
-        if ctx.shown is not None and not torch.is_grad_enabled():
-            _offer(ctx.shown, gx, g, rest)  # the sampler's _Show hands y the rest
-            return gx, None, None, None, None
-        return gx, rest, None, None, None
+        return gx, torch.addcmul(g, gx, slope, value=-1), None, None, None, None
 
     @staticmethod
     def jvp(ctx, value_dot, y_dot, *_):
         if y_dot is not None:  # the value is the sample (or a view): its coordinates carry its tangent
             return y_dot.view_as(y_dot)
-        return None if value_dot is None else _carried_part(value_dot, _slope(ctx))[0]
+        return None if value_dot is None else _carried_part(value_dot, _slope(ctx))
 
 
 def _carried_part(numerator, slope):
-    """(numerator / slope where that is within ±_bound, else 0; whether that is everywhere). The bound
-    keeps the gradients of several densities scoring the same sample from overflowing when autograd
-    adds them at x. No boolean tensors on the common path (one reduction): torch's CPU kernels for
-    them are several times slower than arithmetic.
+    """numerator / slope where that is within ±_bound, else 0 (also at NaN), decided on the device.
+    The bound keeps the gradients of several densities scoring the same sample from overflowing when
+    autograd adds them at x.
 
     Differentiated again (``create_graph``), the quotient's derivative with respect to the slope is
     ``-(numerator / slope) / slope``: it must be within the bound as well, or the second derivatives
     with respect to the parameters, where the paths through x and y cancel exactly, would be inf - inf
     = NaN; entries beyond it go to y directly, as do the masked entries, which divide by 1 so that
     their derivatives are 0."""
-    quotient = numerator / slope
     if not torch.is_grad_enabled():
-        if numerator.numel() == 0 or _bounded(quotient):
-            return quotient, True
-        quotient = torch.nan_to_num(quotient, nan=0.0, posinf=0.0, neginf=0.0)
-        return (quotient if _bounded(quotient) else torch.where(quotient.abs() <= _bound(quotient), quotient, 0.0)), False
-    if numerator.numel() == 0 or (_bounded(quotient) and _bounded(quotient / slope)):
-        return quotient, True
-    bound = _bound(quotient)
-    keep = (quotient.detach().abs() <= bound) & ((quotient.detach() / slope.detach()).abs() <= bound)  # False at NaN
-    return torch.where(keep, numerator / torch.where(keep, slope, 1.0), 0.0), False
+        return _within_bound(numerator / slope)
+    bound = _bound(numerator)
+    quotient = numerator.detach() / slope.detach()
+    keep = (quotient.abs() <= bound) & ((quotient / slope.detach()).abs() <= bound)  # False at NaN
+    return torch.where(keep, numerator / torch.where(keep, slope, 1.0), 0.0)
+
+
+def _slope_of(x, logit):
+    """dx/dy at the relaxed sample x, as the backward of exp (grad * result) and sigmoid (grad * (1 -
+    result) * result) computes it; sigmoid_backward(1, x) is (1 - x) x in one pass."""
+    if logit:
+        return torch.ops.aten.sigmoid_backward(x.new_ones(()).expand_as(x), x)
+    return x
 
 
 def _slope(ctx):
-    """dx/dy at the link's value, as the backward of exp (grad * result) and sigmoid (grad * (1 -
-    result) * result) computes it; sigmoid_backward(1, x) is (1 - x) x in one pass."""
+    """dx/dy at the link's value."""
     y, relaxed = ctx.saved_tensors
     if relaxed is None:  # a straight-through value: the relaxed sample is not in its memory
         relaxed = torch.sigmoid(y) if ctx.logit else torch.exp(y)
-    if ctx.logit:
-        return torch.ops.aten.sigmoid_backward(relaxed.new_ones(()).expand_as(relaxed), relaxed)
-    return relaxed
+    return _slope_of(relaxed, ctx.logit)
 
 
 class _Show(torch.autograd.Function):
     """``x = exp(y)`` (``sigmoid(y)``), the sample, with torch's gradient ``grad * dx/dy``, and the
-    receiver of what the links scoring it leave to y (:func:`_offer`): a link that scores the
-    sample itself sends x ``gx = g dy/dx`` where that is finite, and hands its ``g`` (and, where x
-    underflowed, the rest of g that x does not carry) to this node rather than returning the rest to y.
+    receiver of the gradients of the links scoring it (:func:`_offer`): a link that scores the
+    sample itself sends x ``gx = g dy/dx`` where that is finite, and hands its ``g`` to this node
+    rather than returning to y the rest of g that x does not carry (where x underflowed).
     If the only gradient reaching x is one link's ``gx``, unchanged, the gradient with respect to y
     is that link's ``g``, exact and already in memory: ``d.log_prob(d.rsample())`` costs no pass
     through x. Otherwise ``grad * dx/dy`` plus each link's rest, ``g - gx * dx/dy``. The rest reaches
     y only through this node; that loses nothing, since y's gradient is wanted exactly when this
-    node runs: its one input is y."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(y, logit):
-        return torch.sigmoid(y) if logit else torch.exp(y)
+    node runs: its one input is y. (A ``forward(ctx, ...)`` Function: one with ``setup_context``
+    costs an ``inspect.signature`` per call; under torch.func the sample is shown without it.)"""
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.logit = inputs[1]
+    def forward(ctx, y, logit):
+        x = torch.sigmoid(y) if logit else torch.exp(y)
+        ctx.logit = logit
         ctx.offers = {}  # backward pass -> what the links handed over in it
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        return x
 
     @staticmethod
     def backward(ctx, grad):
         offers = ctx.offers.pop(torch._C._current_graph_task_id(), [])
-        for _, _, g, g_version, rest, rest_version in offers:
-            if g._version != g_version or (rest is not None and rest._version != rest_version):
+        for _, _, g, g_version in offers:
+            if g._version != g_version:
                 raise RuntimeError("a gradient handed over by log_prob was modified in place during the backward pass")
         if len(offers) == 1 and grad is offers[0][0] and grad._version == offers[0][1]:
             return offers[0][2], None
         (x,) = ctx.saved_tensors
         grad_y = torch.ops.aten.sigmoid_backward(grad, x) if ctx.logit else grad * x
-        for _, _, _, _, rest, _ in offers:
-            if rest is not None:
-                grad_y = grad_y + rest
+        if offers:  # each link's rest, from its g: a hook on x may have edited its gx in place
+            slope = _slope_of(x, ctx.logit)
+            for _, _, g, _ in offers:
+                grad_y = grad_y + torch.addcmul(g, _carried_part(g, slope), slope, value=-1)
         return grad_y, None
 
     @staticmethod
@@ -465,22 +480,15 @@ class _Show(torch.autograd.Function):
         return y_dot * x * (1 - x) if ctx.logit else y_dot * x
 
 
-def _offer(shown, gx, g, rest):
-    """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx``, its ``g`` and the rest of g
-    that x does not carry (None if none), with their version counters, for this backward pass (keyed
-    by it: nested or concurrent passes over the same graph keep their own); dropped when it ends."""
+def _offer(shown, gx, g):
+    """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx`` and its ``g``, with their
+    version counters, for this backward pass (keyed by it: nested or concurrent passes over the same
+    graph keep their own); dropped when it ends."""
     task, offers = torch._C._current_graph_task_id(), shown.offers
     if task not in offers:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: offers.pop(task, None))
-    offers.setdefault(task, []).append((gx, gx._version, g, g._version, rest, None if rest is None else rest._version))
+    offers.setdefault(task, []).append((gx, gx._version, g, g._version))
 
 
 def _bound(t):
     return torch.finfo(t.dtype).max / 1024
-
-
-def _bounded(t):
-    """Whether every entry of ``t`` is within ±_bound (False if one is NaN): one reduction."""
-    low, high = torch.aminmax(t.detach())
-    bound = _bound(t)
-    return -bound <= float(low) and float(high) <= bound

@@ -73,7 +73,10 @@ def _check_logits(cls_name, logits, temperature, categorical):
     bound), and |logits| / temperature within ``logits_bounds``' second bound."""
     constraint = resolvable_real_vector if categorical else resolvable_real
     largest = constraint.largest(logits)  # NaN if any is NaN
-    coldest = temperature.detach().amin().item() if temperature.numel() else 1.0
+    if isinstance(temperature, float):
+        coldest = temperature
+    else:
+        coldest = temperature.detach().amin().item() if temperature.numel() else 1.0
     info = torch.finfo(logits.dtype)
     magnitude, ratio = logits_bounds(info.eps, info.max)
     if largest <= constraint.bound(logits.dtype) and largest <= ratio * coldest:  # constraint.check, one reduction
@@ -103,8 +106,8 @@ def _check_probs(cls_name, probs, categorical):
 @quiet_under_trace
 def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """Returns (temperature, logits, probs or None, batch_shape): logits and probs broadcast to the
-    batch shape, temperature only broadcastable to it (a 0-dim temperature keeps the kernels on
-    torch's scalar fast paths; the caller expands it for the public attribute).
+    batch shape, temperature only broadcastable to it, and a Python float where a number was given
+    (checked here; see :func:`_kernel_number`).
 
     ``event_dim`` is 1 for the n-ary family (the last axis of logits holds the categories) and 0
     for the binary family. ``temperature`` is a batch parameter: its shape broadcasts with
@@ -131,7 +134,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
         if not (math.isfinite(temperature) and temperature > 0):
             fail(cls_name, f"temperature must be positive and finite, got {temperature}")
-        temperature = torch.tensor(float(temperature), dtype=logits.dtype, device=logits.device)
+        temperature = _kernel_number(temperature, logits)
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
         if validate:
@@ -145,7 +148,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
 
     param_batch_shape = logits.shape[:-1] if categorical else logits.shape
     try:  # torch.broadcast_shapes costs more than the rest of a small distribution's construction
-        batch_shape = param_batch_shape if temperature.dim() == 0 else torch.broadcast_shapes(temperature.shape, param_batch_shape)
+        batch_shape = param_batch_shape if isinstance(temperature, float) or temperature.dim() == 0 else torch.broadcast_shapes(temperature.shape, param_batch_shape)
     except RuntimeError:
         fail(
             cls_name,
@@ -157,3 +160,17 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     logits = logits.expand(batch_shape + event_shape)
     probs = None if probs is None else probs.expand(batch_shape + event_shape)
     return temperature, logits, probs, batch_shape
+
+
+# the float dtypes whose rounding NumPy does exactly as torch (bfloat16 has no NumPy type)
+_ROUNDING = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _kernel_number(temperature, logits):
+    """A number as the kernels read it: rounded to the logits' dtype, as a Python float -- torch's
+    scalar arguments, so that no kernel makes a temperature tensor (on a GPU, ``torch.tensor`` of a
+    number is a copy from the host that waits for the device) or takes its log -- or, in float16 and
+    bfloat16 (which NumPy does not round as torch does), a 0-dim tensor made by a fill."""
+    if logits.dtype in _ROUNDING:
+        return float(_ROUNDING[logits.dtype](temperature))
+    return torch.full((), temperature, dtype=logits.dtype, device=logits.device)

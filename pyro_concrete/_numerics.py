@@ -3,8 +3,9 @@
 Every density here takes log-space coordinates: ``y = log x`` on the simplex, ``y = logit x`` on
 the unit interval. A Concrete sample at low temperature underflows to exact zeros in ``x`` but
 never in ``y``, so nothing here takes the log of a value that could have underflowed.
-``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it. (The
-Pyro distributions keep a number's temperature 0-dim: torch's scalar fast paths.)
+``logits`` has the batch shape (plus the category axis); ``temperature`` broadcasts with it, or is
+a Python float (a number given to a distribution, already rounded to the logits' dtype): the
+kernels then take torch's scalar arguments, and no kernel makes or reads a temperature tensor.
 Boundary branches are evaluated on inputs that are finite for them, so that ``torch.where`` never
 multiplies a zero gradient by an infinite derivative (no NaN in backward).
 """
@@ -44,7 +45,19 @@ def logistic(shape, like):
 
 def _per_category(temperature):
     """The temperature against the category axis."""
-    return temperature if temperature.dim() == 0 else temperature.unsqueeze(-1)
+    return temperature if isinstance(temperature, float) or temperature.dim() == 0 else temperature.unsqueeze(-1)
+
+
+def _log(temperature):
+    return math.log(temperature) if isinstance(temperature, float) else temperature.log()
+
+
+def _as_tensor(temperature, like):
+    """A float temperature as a 0-dim tensor of ``like``'s dtype (the boundary formulas compare
+    expressions of it exactly, in that dtype)."""
+    if isinstance(temperature, float):
+        return torch.full((), temperature, dtype=like.dtype, device=like.device)
+    return temperature
 
 
 @quiet_under_trace
@@ -89,7 +102,7 @@ def exp_concrete_log_prob_interior(y, logits, temperature):
     num_categories = y.shape[-1]
     centred = y - y.detach().amin(-1, keepdim=True)  # >= 0, so b <= logits: no +inf in b
     b = logits - _per_category(temperature) * centred
-    return math.lgamma(num_categories) + (num_categories - 1) * temperature.log() + log_softmax(b).sum(-1)
+    return math.lgamma(num_categories) + (num_categories - 1) * _log(temperature) + log_softmax(b).sum(-1)
 
 
 def exp_concrete_log_prob(y, logits, temperature):
@@ -115,7 +128,7 @@ def concrete_log_prob_at_boundary(y, logits, temperature):
     Gradients stay finite: every branch is evaluated on inputs that are finite for it.
     """
     num_categories = y.shape[-1]
-    t = temperature
+    t = _as_tensor(temperature, y)
     zero = torch.isneginf(y)
     num_zero = zero.sum(-1)
     on_boundary = num_zero > 0
@@ -165,7 +178,7 @@ def logit_bin_concrete_log_prob(y, logits, temperature):
     inf - inf) at y = ±inf.
     """
     s = (logits - temperature * y).abs()
-    return temperature.log() - s - 2 * torch.log1p(torch.exp(-s))
+    return _log(temperature) - s - 2 * torch.log1p(torch.exp(-s))
 
 
 def bin_concrete_log_prob(y, logits, temperature):
@@ -182,6 +195,7 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
     t < 1, -inf for t > 1, and for t = 1 it is log a at x = 1 and -log a at x = 0.
     """
     at_end = torch.isinf(y)
+    temperature = _as_tensor(temperature, y)
     interior = bin_concrete_log_prob(y.masked_fill(at_end, 0.0), logits, temperature)
     finite_limit = temperature.log() + torch.sign(y) * logits
     limit = torch.where(

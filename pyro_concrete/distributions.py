@@ -5,7 +5,7 @@ exactly one of ``logits`` (log alpha, unnormalized allowed) or ``probs``; ``temp
 number or a tensor whose shape broadcasts with the batch shape and is part of it.
 """
 
-from typing import Optional
+from typing import Optional, Union, cast
 
 import torch
 from pyro.distributions import TorchDistribution
@@ -29,8 +29,8 @@ __all__ = ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"]
 class _ConcreteFamily(TorchDistribution):
     """Parameters, shapes and ``expand`` shared by the four distributions."""
 
-    temperature: Tensor  # lambda, broadcastable to the batch shape
     logits: Tensor  # log alpha, of shape batch_shape + event_shape
+    _kernel_temperature: Union[float, Tensor]  # what the kernels read: a number given stays a float
 
     has_rsample = True
     _event_dim: Optional[int] = None  # 1 for the n-ary distributions, 0 for the binary ones
@@ -43,9 +43,11 @@ class _ConcreteFamily(TorchDistribution):
         validate_args: Optional[bool] = None,
     ) -> None:
         validate = validation_enabled(validate_args)
-        self.temperature, self.logits, promoted_probs, batch_shape = promote_params(
+        self._kernel_temperature, self.logits, promoted_probs, batch_shape = promote_params(
             type(self).__name__, temperature, logits, probs, self._event_dim, validate
-        )  # the temperature broadcastable to the batch shape (0-dim keeps the kernels on scalars)
+        )  # the temperature broadcastable to the batch shape, a float if a number was given
+        if isinstance(self._kernel_temperature, Tensor):
+            self.temperature = self._kernel_temperature
         if promoted_probs is not None:
             self.probs = promoted_probs
         event_shape = self.logits.shape[-1:] if self._event_dim else torch.Size()
@@ -55,13 +57,21 @@ class _ConcreteFamily(TorchDistribution):
     def expand(self, batch_shape: _size, _instance: Optional[TorchDistribution] = None) -> TorchDistribution:
         new = self._get_checked_instance(type(self), _instance)
         batch_shape = torch.Size(batch_shape)
-        new.temperature = self.temperature
+        new._kernel_temperature = self._kernel_temperature
+        if "temperature" in self.__dict__:
+            new.temperature = self.temperature
         new.logits = self.logits.expand(batch_shape + self.event_shape)
         if "probs" in self.__dict__:
             new.probs = self.probs.expand(batch_shape + self.event_shape)
         super(_ConcreteFamily, new).__init__(batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
+
+    @lazy_property
+    def temperature(self) -> Tensor:
+        """lambda, broadcastable to the batch shape (a number given: a 0-dim tensor, made when first asked for)."""
+        number = cast(float, self._kernel_temperature)  # a tensor temperature is the attribute itself
+        return torch.full((), number, dtype=self.logits.dtype, device=self.logits.device)
 
     def _validate(self, value):
         if self._validate_args:
@@ -133,12 +143,12 @@ class _NaryConcrete(_ConcreteFamily):
 
     def _sample_coordinates(self, sample_shape):
         return _numerics.exp_concrete_sample(
-            self.logits, self.temperature, self._extended_shape(sample_shape)
+            self.logits, self._kernel_temperature, self._extended_shape(sample_shape)
         )
 
     def _conditional_coordinates(self, hard, sample_shape):
         chosen = self._conditioning(hard, sample_shape)
-        return _numerics.exp_concrete_conditional_sample(self.logits, self.temperature, chosen)
+        return _numerics.exp_concrete_conditional_sample(self.logits, self._kernel_temperature, chosen)
 
 
 class Concrete(_NaryConcrete):
@@ -179,11 +189,11 @@ class Concrete(_NaryConcrete):
         return hard > 0.5  # one-hot
 
     def log_prob(self, value: Tensor) -> Tensor:
-        y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG))
+        y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
-            return _numerics.concrete_log_prob(y, self.logits, self.temperature)
+            return _numerics.concrete_log_prob(y, self.logits, self._kernel_temperature)
         self._validate(value)
-        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._kernel_temperature)
         return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self) -> OneHotCategorical:
@@ -193,7 +203,7 @@ class Concrete(_NaryConcrete):
     def log_space(self) -> "ExpConcrete":
         """The log-space node of the same variable (appendix C.3): the :class:`ExpConcrete` of
         ``log x``, with the same parameters."""
-        return ExpConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
+        return ExpConcrete(self._kernel_temperature, logits=self.logits, validate_args=self._validate_args)
 
 
 class ExpConcrete(_NaryConcrete):
@@ -232,10 +242,13 @@ class ExpConcrete(_NaryConcrete):
         return hard == 0  # the log of a one-hot vector
 
     def log_prob(self, value: Tensor) -> Tensor:
-        if carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
-            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
+        # an own sample is its own coordinates: the lookup spares it validation and the boundary's
+        # masks. Without validation the lookup's memory check would run on the device and make a
+        # changed sample NaN, where the masks, a few kernels more, score any value exactly
+        if self._validate_args and carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:
+            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._kernel_temperature)
         self._validate(value)
-        return _numerics.exp_concrete_log_prob(value, self.logits, self.temperature)
+        return _numerics.exp_concrete_log_prob(value, self.logits, self._kernel_temperature)
 
     def discrete(self) -> ExpOneHotCategorical:
         """The zero-temperature limit on the same sample space: the log of a one-hot vector."""
@@ -256,12 +269,12 @@ class _BinaryConcrete(_ConcreteFamily):
 
     def _sample_coordinates(self, sample_shape):
         return _numerics.logit_bin_concrete_sample(
-            self.logits, self.temperature, self._extended_shape(sample_shape)
+            self.logits, self._kernel_temperature, self._extended_shape(sample_shape)
         )
 
     def _conditional_coordinates(self, hard, sample_shape):
         ones = self._conditioning(hard, sample_shape)
-        return _numerics.logit_bin_concrete_conditional_sample(self.logits, self.temperature, ones)
+        return _numerics.logit_bin_concrete_conditional_sample(self.logits, self._kernel_temperature, ones)
 
 
 class BinConcrete(_BinaryConcrete):
@@ -297,23 +310,23 @@ class BinConcrete(_BinaryConcrete):
         return hard > 0.5  # 0 or 1
 
     def _logit_of(self, value):
-        y = carry.scoring_coordinates(value, (Kind.LOGIT,))
+        y = carry.scoring_coordinates(value, (Kind.LOGIT,), self._validate_args)
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value: Tensor) -> Tensor:
-        y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT))
+        y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact logit
-            return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
+            return _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
         self._validate(value)
-        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._kernel_temperature)
         return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
-        return torch.sigmoid(self.temperature * self._logit_of(value) - self.logits)
+        return torch.sigmoid(self._kernel_temperature * self._logit_of(value) - self.logits)
 
     def icdf(self, value: Tensor) -> Tensor:
-        y = (self.logits + _numerics.logit(value)) / self.temperature
+        y = (self.logits + _numerics.logit(value)) / self._kernel_temperature
         return show(y, Kind.LOGIT)
 
     def discrete(self) -> Bernoulli:
@@ -323,7 +336,7 @@ class BinConcrete(_BinaryConcrete):
     def log_space(self) -> "LogitBinConcrete":
         """The logit-space node of the same variable (appendix C.3.2): the :class:`LogitBinConcrete`
         of ``logit x``, with the same parameters."""
-        return LogitBinConcrete(self.temperature, logits=self.logits, validate_args=self._validate_args)
+        return LogitBinConcrete(self._kernel_temperature, logits=self.logits, validate_args=self._validate_args)
 
 
 class LogitBinConcrete(_BinaryConcrete):
@@ -355,16 +368,17 @@ class LogitBinConcrete(_BinaryConcrete):
         return hard > 0  # -inf or +inf
 
     def log_prob(self, value: Tensor) -> Tensor:
-        if carry.scoring_coordinates(value, (Kind.REAL,)) is None:  # not an own sample
+        # an own sample is its own coordinates: the lookup only spares it validation
+        if self._validate_args and carry.scoring_coordinates(value, (Kind.REAL,)) is None:
             self._validate(value)
-        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
+        return _numerics.logit_bin_concrete_log_prob(value, self.logits, self._kernel_temperature)
 
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
-        return torch.sigmoid(self.temperature * value - self.logits)
+        return torch.sigmoid(self._kernel_temperature * value - self.logits)
 
     def icdf(self, value: Tensor) -> Tensor:
-        return (self.logits + _numerics.logit(value)) / self.temperature
+        return (self.logits + _numerics.logit(value)) / self._kernel_temperature
 
     def discrete(self) -> LogitBernoulli:
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""

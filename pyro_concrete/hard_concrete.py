@@ -39,7 +39,8 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
     dtype_name = str(dtype).replace("torch.", "")
     if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):  # the common case, checked in Python
         converted = stretch.check_number(cls_name, name, x, _NUMPY_DTYPES.get(dtype, np.float32), dtype_name)
-        return torch.tensor(converted, dtype=dtype, device=device), batch_shape
+        # a fill, not torch.tensor: on a GPU that is a copy from the host, which waits for the device
+        return torch.full((), converted, dtype=dtype, device=device), batch_shape
     if isinstance(x, torch.Tensor):
         given = None
         number_like = not (x.dtype == torch.bool or x.is_complex())
@@ -165,17 +166,17 @@ class HardConcrete(_BinaryConcrete):
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
     def _log_mass_at_zero(self):
-        return -torch.nn.functional.softplus(self.logits - self.temperature * self._logit_at_zero())
+        return -torch.nn.functional.softplus(self.logits - self._kernel_temperature * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -torch.nn.functional.softplus(self.temperature * self._logit_at_one() - self.logits)
+        return -torch.nn.functional.softplus(self._kernel_temperature * self._logit_at_one() - self.logits)
 
     def log_prob(self, value: Tensor) -> Tensor:
         self._validate(value)
         inside = value.clamp(0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
         log_above, log_below = torch.log(inside - self._low), torch.log(self._high - inside)
         # p(z) = g(y) dy/dz with y = log(z - low) - log(high - z), g the LogitBinConcrete density
-        density = _numerics.logit_bin_concrete_log_prob(log_above - log_below, self.logits, self.temperature)
+        density = _numerics.logit_bin_concrete_log_prob(log_above - log_below, self.logits, self._kernel_temperature)
         density = density + self._log_width() - log_above - log_below
         log_prob = torch.where(value <= 0, self._log_mass_at_zero(), torch.where(value >= 1, self._log_mass_at_one(), density))
         return log_prob.masked_fill((value < 0) | (value > 1), -math.inf)
@@ -183,13 +184,13 @@ class HardConcrete(_BinaryConcrete):
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
         inside = value.clamp(0.0, 1.0)
-        below_one = torch.sigmoid(self.temperature * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
+        below_one = torch.sigmoid(self._kernel_temperature * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
         return torch.where(value >= 1, torch.ones_like(below_one), below_one).masked_fill(value < 0, 0.0)
 
     @property
     def prob_nonzero(self) -> Tensor:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
-        return torch.sigmoid(self.logits - self.temperature * self._logit_at_zero())
+        return torch.sigmoid(self.logits - self._kernel_temperature * self._logit_at_zero())
 
     @property
     def deterministic_gate(self) -> Tensor:
@@ -201,5 +202,5 @@ class HardConcrete(_BinaryConcrete):
 
     def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
-        logits = self.logits - self.temperature * self._logit_at_zero()
+        logits = self.logits - self._kernel_temperature * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

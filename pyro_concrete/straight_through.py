@@ -13,7 +13,6 @@ sample behind it that can be determined for certain: ``log_prob`` raises a Value
 
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.types import _size
 
@@ -31,7 +30,7 @@ def _straight_through(hard, relaxed):
 
 
 def _relaxed_coordinates(d, value, kind):
-    y = carry.scoring_coordinates(value, (kind,))
+    y = carry.scoring_coordinates(value, (kind,), d._validate_args)
     if y is None:
         raise ValueError(
             f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a view "
@@ -58,11 +57,12 @@ class ConcreteStraightThrough(Concrete):
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_coordinates(sample_shape)
-        hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+        # by a scatter: one_hot reads the indices back to check them (a wait for the device)
+        hard = torch.zeros_like(y).scatter_(-1, y.argmax(-1, keepdim=True), 1.0)
         return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
+        return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._kernel_temperature)
 
 
     def conditional_rsample(self, hard: Tensor, sample_shape: _size = torch.Size()) -> Tensor:
@@ -88,7 +88,7 @@ class BinConcreteStraightThrough(BinConcrete):
         return carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self.temperature)
+        return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._kernel_temperature)
 
     def cdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has discrete values; use BinConcrete for the cdf")

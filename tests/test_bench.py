@@ -200,3 +200,20 @@ def test_gpu_command_measures_nothing_without_a_gpu_and_names_its_parts(monkeypa
         module = command[command.index("-m") + 1]
         assert (Path(gpu.ROOT) / (module.replace(".", "/") + ".py")).exists(), module
         assert command[command.index("--device") + 1] == "cuda"
+
+
+def test_kernels_count_sees_the_host_waits_and_counts_the_kernels(capsys):
+    """``bench.kernels --count``: ours without validation waits for nothing, with validation it reads
+    back (its memory check); torch.distributions' RelaxedOneHotCategorical reads back even without
+    validation (it builds its Categorical with the global default, validation on); the floor
+    launches fewer kernels than ours."""
+    from bench import kernels
+
+    results = kernels.main(["--count", "--distribution=Concrete"])
+    capsys.readouterr()
+    off = results[("Concrete", "ours, validation off")]
+    assert off[2] == 0
+    assert results[("Concrete", "ours, validation on")][2] > 0
+    assert results[("Concrete", "torch.distributions, validation off")][2] > 0
+    floor = results[("Concrete", "floor (same math)")]
+    assert 0 < floor[0] < floor[1] <= off[1]
