@@ -156,26 +156,30 @@ def make_step(vae, make_optimizer, estimator="concrete", particles=1, jit=True, 
     model with the score-function estimator and the learned baseline (VIMCO at m > 1); or for the
     discrete graph with REBAR, RELAX, Gumbel-Rao or DisARM on the relaxed model and guide.
 
-    ``compile``: ``torch.compile``'s options (``{}`` for its defaults), to compile the loss with it
-    instead of ``torch.jit.trace`` (``compiler="torch.compile"``: the loss traced into one graph, the
-    parameters its inputs); for the losses that have a compiled form (concrete; reinforce at m > 1)."""
+    ``compile``: ``torch.compile``'s options (``{}`` for its defaults), to compile the whole step with
+    it (``pyro_training.CompiledStep``: the loss, its gradient and Adam's update traced into one
+    graph, the parameters and Adam's state its inputs) instead of tracing the loss with
+    ``torch.jit.trace``; for the losses that are their gradient's (concrete; reinforce at m > 1)."""
     if compile is not None and not has_compiled_loss(estimator, particles):
         raise ValueError(f"compile: --estimator {estimator} at --particles {particles} has no compiled loss; "
                          "compile works with concrete, and with reinforce at --particles > 1 (VIMCO)")
+    if compile is not None:  # L_m (at m = 1 the ELBO of Trace_ELBO) or VIMCO: the whole step one graph
+        if estimator == "concrete":
+            model, guide = poutine.reparam(vae.model, config=log_space_config), poutine.reparam(vae.guide, config=log_space_config)
+            loss = ImportanceWeightedELBO(particles, "data")
+        else:
+            model, guide, loss = discrete(vae.model), discrete(vae.guide), VIMCO(particles, "data")
+        return pyro_training.CompiledStep(model, guide, loss, make_optimizer, compile)
     if estimator == "concrete":
         model, guide = poutine.reparam(vae.model, config=log_space_config), poutine.reparam(vae.guide, config=log_space_config)
-        if compile is not None:  # L_m, at m = 1 the ELBO of Trace_ELBO
-            loss = JitImportanceWeightedELBO(particles, "data", compiler="torch.compile", jit_options=compile)
-        elif particles == 1:
+        if particles == 1:
             loss = JitTrace_ELBO(ignore_jit_warnings=True) if jit else Trace_ELBO()
         else:
             loss = (JitImportanceWeightedELBO(particles, "data", ignore_jit_warnings=True) if jit
                     else ImportanceWeightedELBO(particles, "data"))
     elif estimator == "reinforce":
         model, guide = discrete(vae.model), discrete(vae.guide)
-        if compile is not None:
-            loss = JitVIMCO(particles, "data", compiler="torch.compile", jit_options=compile)
-        elif particles == 1:
+        if particles == 1:
             loss = JitTraceGraph_ELBO(ignore_jit_warnings=True) if jit else TraceGraph_ELBO()
         else:  # VIMCO, the paper's multi-sample score-function baseline (no learned baseline)
             loss = JitVIMCO(particles, "data", ignore_jit_warnings=True) if jit else VIMCO(particles, "data")

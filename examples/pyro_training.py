@@ -86,6 +86,108 @@ class Step:
         self.optim.load_state_dict(state["optimizer"])
 
 
+class CompiledStep(Step):
+    """:class:`Step` as one compiled graph: the loss, its gradient and the Adam update (``torch.optim.Adam``'s
+    arithmetic, its ``capturable`` form) traced together by ``make_fx`` into one graph of tensor
+    operations whose inputs are the parameters, Adam's state and the batch, and compiled by
+    ``torch.compile`` with ``options``. With ``{"mode": "reduce-overhead"}`` on a GPU that is one CUDA
+    graph per step: no kernel is launched from Python (issue 30: eager kernel launches put Pyro's
+    step at 7x the JAX floor's time on an H200, and a compiled loss leaves the backward's and the
+    optimizer's launches).
+
+    ``make_optimizer`` must make a ``torch.optim.Adam`` (without weight decay, amsgrad or maximize:
+    its ``lr``, ``betas`` and ``eps`` are read from it; ``fused`` is moot). Its state is what the graph
+    updates in place (``capturable`` on a GPU), so ``state_dict`` and checkpoints are :class:`Step`'s. Tracing runs the step once on
+    copies of the random generator's state, and the parameters and Adam's state are put back after
+    it: the first step is not taken twice, and it draws what an eager step would. The loss must be
+    one whose gradient is that of ``differentiable_loss`` (the relaxed ELBOs, VIMCO); the
+    restrictions are ``JitTrace_ELBO``'s (static structure, a new batch shape compiles again)."""
+
+    def __init__(self, model, guide, loss, make_optimizer, options):
+        super().__init__(model, guide, loss, make_optimizer)
+        self.options = dict(options)
+        self.compiled = {}  # signature of the batch -> compiled step
+
+    def init(self, *args):
+        super().init(*args)
+        defaults = self.optim.defaults
+        if type(self.optim) is not torch.optim.Adam or defaults["weight_decay"] or defaults["amsgrad"] or defaults["maximize"]:
+            raise ValueError(f"CompiledStep: make_optimizer must make a torch.optim.Adam without weight_decay, amsgrad "
+                             f"or maximize, it made {type(self.optim).__name__} with {defaults}")
+        if len(self.optim.param_groups) != 1:
+            raise ValueError("CompiledStep: make_optimizer must make one parameter group")
+        # the CPU has no capturable Adam; on a GPU, Adam's step counts then live on the device
+        self.optim.param_groups[0]["capturable"] = any(p.device.type == "cuda" for p in self.params.values())
+
+    def _state(self):
+        """Adam's state tensors per parameter (step, exp_avg, exp_avg_sq), made as its first step
+        would make them where it has none yet."""
+        state = []
+        for param in self.params.values():
+            entry = self.optim.state[param]
+            if not entry:
+                device = param.device if self.optim.param_groups[0]["capturable"] else "cpu"
+                entry.update(step=torch.zeros((), dtype=torch.float32, device=device),
+                             exp_avg=torch.zeros_like(param, memory_format=torch.preserve_format),
+                             exp_avg_sq=torch.zeros_like(param, memory_format=torch.preserve_format))
+            state.append((entry["step"], entry["exp_avg"], entry["exp_avg_sq"]))
+        return state
+
+    def _update(self, params, state, *args):
+        """The step itself, eager: loss, gradient, and Adam in place (what is traced)."""
+        loss = self.loss.differentiable_loss(self.model, self.guide, *args)
+        grads = torch.autograd.grad(loss, params)
+        group = self.optim.param_groups[0]
+        (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
+        with torch.no_grad():
+            for param, grad, (step, exp_avg, exp_avg_sq) in zip(params, grads, state):
+                step.add_(1)
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                # torch.optim.Adam's capturable arithmetic (_single_tensor_adam): no value read back
+                step_size_neg = (lr / (1 - beta1**step)).neg()
+                bias_correction2_sqrt = (1 - beta2**step).sqrt()
+                denom = (exp_avg_sq.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
+                param.addcdiv_(exp_avg, denom)
+        return loss.detach()
+
+    def __call__(self, *args):
+        if self.optim is None:
+            raise RuntimeError("Step.init(*args) creates the parameters and the optimizer before the first step")
+        from pyro_concrete._tracing import _signature
+
+        params, state = list(self.params.values()), self._state()
+        inputs = [*params, *(t for entry in state for t in entry)]
+        key = _signature(args)
+        if key not in self.compiled:
+            self.compiled[key] = self._compile(params, state, inputs, args)
+        with torch.no_grad():  # the gradient is in the graph: its operations are run, not differentiated
+            return float(self.compiled[key](*inputs, *args))
+
+    def _compile(self, params, state, inputs, args):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        def traced(*inputs_and_args):
+            return self._update(params, state, *inputs_and_args[len(inputs):])
+
+        import pyro
+
+        saved = [t.detach().clone() for t in inputs]
+        with torch.random.fork_rng(devices=sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})):
+            with pyro.validation_enabled(False):  # as pyro.ops.jit: value checks are data-dependent
+                graph = make_fx(traced)(*inputs, *args)  # runs the step: undone below
+        with torch.no_grad():
+            for tensor, value in zip(inputs, saved):
+                tensor.copy_(value)
+        for tensor in inputs:
+            if tensor.device.type == "cuda":
+                # CUDA graphs ("reduce-overhead") take a graph that updates its inputs in place only
+                # where those stay at one address: the parameters and Adam's state do (a checkpoint
+                # loaded gives new ones: compiled again). Not yet run on a GPU (issue 30)
+                torch._dynamo.mark_static_address(tensor)
+        return torch.compile(graph, **self.options)
+
+
 def adam(lr, fused=False):
     """``make_optimizer`` for ``Step``: ``torch.optim.Adam`` at learning rate ``lr``; ``fused``: one
     kernel per update instead of six (``bench.svi``)."""

@@ -57,8 +57,9 @@ class ConcreteStraightThrough(Concrete):
 
     def rsample(self, sample_shape: _size = torch.Size()) -> Tensor:
         y = self._sample_coordinates(sample_shape)
-        # by a scatter: one_hot reads the indices back to check them (a wait for the device)
-        hard = torch.zeros_like(y).scatter_(-1, y.argmax(-1, keepdim=True), 1.0)
+        # by a scatter: one_hot reads the indices back to check them (a wait for the device); not in
+        # place: torch.func.vmap has a rule for the out-of-place one only
+        hard = torch.zeros_like(y).scatter(-1, y.argmax(-1, keepdim=True), 1.0)
         return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value: Tensor) -> Tensor:

@@ -301,12 +301,14 @@ def test_a_compiled_loss_refuses_parameters_that_change_with_the_shapes(no_recom
             loss.differentiable_loss(model, guide, torch.zeros(5))
 
 
-def test_the_dvae_example_compiled_step_trains_as_its_eager_step(no_recompilation):
-    """``examples.dvae_pyro``'s ``--compile`` step (L_1 through ``torch.compile``) against its
-    uncompiled step (``Trace_ELBO``) from the same parameters and seeds: the same losses and the
-    same parameters after four Adam steps (Dynamo's backend without a compiler: the same random
-    numbers in the same order), one graph for all of them; the estimators without a compiled loss
-    refuse, naming the option."""
+@pytest.mark.parametrize("estimator, particles", [("concrete", 1), ("concrete", 3), ("reinforce", 3)])
+def test_the_dvae_example_compiled_step_trains_as_its_eager_step(estimator, particles, no_recompilation):
+    """``examples.dvae_pyro``'s ``--compile`` step (``pyro_training.CompiledStep``: the loss, its
+    gradient and Adam's update in one graph) against its uncompiled step (``Trace_ELBO``, L_3,
+    VIMCO) from the same parameters and seeds: the same losses, parameters and Adam state after four
+    steps (Dynamo's backend without a compiler: the same random numbers in the same order), one
+    graph for all of them; a checkpoint of either step loads into the other; the estimators
+    without a compiled loss refuse, naming the option."""
     import pyro
 
     from examples import dvae_pyro, pyro_training
@@ -317,20 +319,46 @@ def test_the_dvae_example_compiled_step_trains_as_its_eager_step(no_recompilatio
         pyro.clear_param_store()
         torch.manual_seed(0)
         vae = dvae_pyro.DiscreteVAE(16, [dvae_pyro.NodeLayer(8, 2)], True, (0.5, 2 / 3), torch.full((16,), 0.3), False)
-        step = dvae_pyro.make_step(vae, pyro_training.adam(1e-2), jit=False, compile=compile)
+        step = dvae_pyro.make_step(vae, pyro_training.adam(1e-2), estimator, particles, jit=False, compile=compile)
+        assert isinstance(step, pyro_training.CompiledStep) == (compile is not None)
         step.init(x)
         losses = []
         for i in range(4):
             torch.manual_seed(10 + i)
             losses.append(step(x))
-        runs.append((losses, {k: v.detach().clone() for k, v in vae.state_dict().items()}))
-    (eager_losses, eager_params), (losses, params) = runs
+        runs.append((losses, {k: v.detach().clone() for k, v in vae.state_dict().items()}, step))
+    (eager_losses, eager_params, eager_step), (losses, params, compiled_step) = runs
     assert len(set(eager_losses)) == 4  # the steps train: every loss differs
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-5, atol=1e-4)
     for name, value in params.items():
         torch.testing.assert_close(value, eager_params[name], rtol=1e-4, atol=1e-5)
+    eager_state, compiled_state = eager_step.state_dict(), compiled_step.state_dict()
+    assert compiled_state["names"] == eager_state["names"]
+    for index, entry in eager_state["optimizer"]["state"].items():
+        for key, value in entry.items():
+            torch.testing.assert_close(compiled_state["optimizer"]["state"][index][key], value, rtol=1e-4, atol=1e-6)
+    eager_step.load_state_dict(compiled_state)
+    compiled_step.load_state_dict(eager_state)
     with pytest.raises(ValueError, match="compile: --estimator rebar at --particles 1 has no compiled loss"):
         dvae_pyro.make_step(vae, pyro_training.adam(1e-2), "rebar", compile={})
+
+
+def test_a_compiled_step_refuses_an_optimizer_it_does_not_compute():
+    import pyro
+
+    from examples import pyro_training
+
+    def model():
+        pyro.sample("x", pyro.distributions.Normal(pyro.param("a", torch.zeros(2)), 1.0).to_event(1), obs=torch.zeros(2))
+
+    for make_optimizer, message in (
+        (lambda params: torch.optim.SGD(params, lr=0.1), "must make a torch.optim.Adam"),
+        (lambda params: torch.optim.Adam(params, lr=0.1, weight_decay=0.1), "without weight_decay"),
+    ):
+        pyro.clear_param_store()
+        step = pyro_training.CompiledStep(model, lambda: None, pc.ImportanceWeightedELBO(1), make_optimizer, {})
+        with pytest.raises(ValueError, match=message):
+            step.init()
 
 
 @pytest.mark.parametrize("options, message", [
