@@ -116,8 +116,21 @@ class CompiledStep(Step):
                              f"or maximize, it made {type(self.optim).__name__} with {defaults}")
         if len(self.optim.param_groups) != 1:
             raise ValueError("CompiledStep: make_optimizer must make one parameter group")
-        # the CPU has no capturable Adam; on a GPU, Adam's step counts then live on the device
-        self.optim.param_groups[0]["capturable"] = any(p.device.type == "cuda" for p in self.params.values())
+        self._capturable()
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self._capturable()  # a checkpoint of a Step (or of another device) brings its own setting
+
+    def _capturable(self):
+        """On a GPU, Adam capturable: its step counts on the device, inputs of the graph like the rest
+        (the CPU has no capturable Adam)."""
+        group = self.optim.param_groups[0]
+        group["capturable"] = any(p.device.type == "cuda" for p in self.params.values())
+        for param in self.params.values():
+            entry = self.optim.state[param]
+            if entry:
+                entry["step"] = entry["step"].to(dtype=torch.float32, device=param.device if group["capturable"] else "cpu")
 
     def _state(self):
         """Adam's state tensors per parameter (step, exp_avg, exp_avg_sq), made as its first step
