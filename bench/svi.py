@@ -10,9 +10,9 @@ binarization of the batch inside every step. Contestants:
 - jax floor       : the same ELBO written directly in JAX (``jax.jit``, jax.example_libraries Adam)
 - pyro example    : ``examples.dvae_pyro``'s step (``pyro_training.Step``: the loss writes the gradients,
                     one fused ``torch.optim.Adam`` steps them) with ``JitTrace_ELBO`` (its default), with
-                    its ``--compile`` loss (``torch.compile`` of the loss traced into one graph; on a GPU
-                    in ``mode="reduce-overhead"``, CUDA graphs; the optimizer step stays eager), and
-                    with ``Trace_ELBO``
+                    its ``--compile`` step (``pyro_training.CompiledStep``: the loss, its gradient and
+                    Adam's update traced into one graph, compiled by ``torch.compile``; on a GPU in
+                    ``mode="reduce-overhead"``, one CUDA graph per step), and with ``Trace_ELBO``
 - pyro SVI.step   : the same model, guide and loss stepped by ``SVI.step`` with ``pyro.optim.Adam``
                     (fused), the examples' step before ``Step``
 - torch floor     : the same ELBO written directly in torch (eager, torch.optim.Adam), and with

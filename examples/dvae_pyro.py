@@ -6,7 +6,7 @@ latent nodes, trained with their Concrete relaxation and evaluated as the discre
     python -m examples.dvae_pyro --estimator reinforce            # discrete sites, score function
     python -m examples.dvae_pyro --estimator reinforce --particles 5   # VIMCO, the paper's L_5 baseline
     python -m examples.dvae_pyro --estimator rebar                # the discrete graph, REBAR on the relaxed sites
-    python -m examples.dvae_pyro --compile                        # the loss compiled by torch.compile (one graph)
+    python -m examples.dvae_pyro --compile                        # the whole step compiled by torch.compile (one graph)
     python -m examples.dvae_pyro --dataset fashion-mnist --steps 100000 --out runs/fmnist
     torchrun --nproc_per_node 2 -m examples.dvae_pyro --out runs/ddp   # data-parallel, 2 processes (DDP)
 
@@ -229,13 +229,14 @@ def parse_args(argv):
     parser.add_argument("--eval-every", type=training.positive_int, default=2000, help="steps between validation evaluations")
     parser.add_argument("--no-jit", action="store_true", help="use the uncompiled ELBO")
     parser.add_argument("--compile", nargs="?", const="default", default=None, choices=COMPILE_MODES,
-                        help="compile the loss with torch.compile instead of torch.jit.trace, in this mode "
-                             "(reduce-overhead: CUDA graphs on a GPU); concrete, or reinforce with --particles > 1")
+                        help="compile the whole step (loss, gradient, Adam) with torch.compile instead of tracing the "
+                             "loss with torch.jit.trace, in this mode (reduce-overhead: one CUDA graph per step on a GPU); "
+                             "concrete, or reinforce with --particles > 1")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
     training.check_estimator(args)
     if args.compile is not None:
         if args.no_jit:
-            training.fail("--compile and --no-jit: choose one (--compile compiles the loss with torch.compile)")
+            training.fail("--compile and --no-jit: choose one (--compile compiles the whole step with torch.compile)")
         if not has_compiled_loss(args.estimator, args.particles):
             training.fail(f"--compile: --estimator {args.estimator} at --particles {args.particles} has no compiled loss; "
                           "use concrete, or reinforce with --particles > 1 (VIMCO)")

@@ -242,11 +242,11 @@ class ExpConcrete(_NaryConcrete):
         return hard == 0  # the log of a one-hot vector
 
     def log_prob(self, value: Tensor) -> Tensor:
-        # an own sample is its own coordinates: the lookup spares it validation and the boundary's
-        # masks. Without validation the lookup's memory check would run on the device and make a
-        # changed sample NaN, where the masks, a few kernels more, score any value exactly
-        if self._validate_args and carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,)) is not None:
-            return _numerics.exp_concrete_log_prob_interior(value, self.logits, self._kernel_temperature)
+        # an own sample is its own coordinates (NaN without validation if its memory changed): the
+        # lookup spares it validation and the boundary's masks (three passes over it)
+        own = carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,), self._validate_args)
+        if own is not None:
+            return _numerics.exp_concrete_log_prob_interior(own, self.logits, self._kernel_temperature)
         self._validate(value)
         return _numerics.exp_concrete_log_prob(value, self.logits, self._kernel_temperature)
 
