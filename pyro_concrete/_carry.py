@@ -22,6 +22,12 @@ __all__ = ["Carry", "carry", "show"]
 
 _INTEGER_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
+# Devices whose values the host reads without waiting for anything: the host's own memory. Without
+# validation the carry decides its checks there on the host where that saves passes over the sample
+# (the same values); on any other device (a GPU) nothing in rsample, log_prob or their gradient reads
+# a value back, since each read waits for the device to finish its queue (issue 30).
+HOST_DEVICES = ("cpu",)
+
 
 class _Entry:
     """What :meth:`Carry.attach` recorded of one sample (see :class:`Carry` for its use)."""
@@ -120,16 +126,16 @@ class Carry:
         ``log_prob`` uses :meth:`scoring_coordinates`."""
         if _traced():
             return _traced_coordinates(value, kinds, link=False)
-        found = self._lookup(value, kinds, on_host=True)
+        found = self._lookup(value, kinds, validate=True)
         return None if found is None else found[2]
 
     def scoring_coordinates(self, value, kinds, validate=True):
         """The coordinates with which ``log_prob`` scores ``value``, or None (not an own sample).
 
         ``validate`` is the distribution's validation. On, the memory check (see the class) is decided
-        on the host, and a sample whose memory changed is scored from its value (None). Off, nothing
-        waits for the device: the check runs there, and the coordinates of a changed sample are NaN,
-        as under a tracer.
+        on the host, and a sample whose memory changed is scored from its value (None). Off, the
+        coordinates of a changed sample are NaN, as under a tracer, and nothing waits for a device
+        (:data:`HOST_DEVICES` aside): the check runs there.
 
         Gradients (reverse and forward mode): to the sampler's parameters through the carried
         coordinates if the value is the sample (or a view of it); none through them if it is a
@@ -139,17 +145,17 @@ class Carry:
         returned."""
         if _traced():
             return _traced_coordinates(value, kinds, link=True)
-        found = self._lookup(value, kinds, on_host=validate)
+        found = self._lookup(value, kinds, validate)
         if found is None:
             return None
         entry, sample, y, changed = found
         if entry.coordinates is None:
-            return value if changed is None else value.masked_fill(changed, math.nan)
+            return _nan_if(changed, value)
         if not _connected(value, sample):
             y = y.detach()
         if not (value.requires_grad and torch.is_grad_enabled()) and _tangent(value) is None:
             # no derivative with respect to the value can be asked for
-            return y.detach() if changed is None else y.detach().masked_fill(changed, math.nan)
+            return _nan_if(changed, y.detach())
         relaxed = None if entry.kind.straight_through else value
         # the sampler's node, to hand the gradient to; not under torch.jit.trace, whose graph would
         # keep the node of the sample drawn while tracing as a constant
@@ -158,10 +164,11 @@ class Carry:
         return _Link.apply(value, y, relaxed, entry.kind.binary, shown, changed)
 
     @quiet_under_trace
-    def _lookup(self, value, kinds, on_host):
+    def _lookup(self, value, kinds, validate):
         """(entry, sample, coordinates viewed as the value, changed) for a trusted entry, or None.
-        ``on_host``: the memory check decided here (``changed`` None), else left to the device
-        (``changed`` a 0-dim boolean tensor, True if the memory changed)."""
+        The memory check: under ``validate`` decided on the host (a changed sample is not trusted:
+        None); without, ``changed`` is None (unchanged) or True where it is decided on the host
+        (:data:`HOST_DEVICES`), else a 0-dim boolean tensor, decided on the device."""
         try:
             storage = value.untyped_storage()
             entry = self._entries.get(storage._cdata)
@@ -187,9 +194,11 @@ class Carry:
         changed = None
         if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
             pass
-        elif on_host:
+        elif validate or sample.device.type in HOST_DEVICES:
             if not _unchanged(entry, sample):
-                return None
+                if validate:
+                    return None
+                changed = True
         else:
             changed = _changed(entry, sample)
         return entry, sample, value if entry.coordinates is None else coordinates, changed
@@ -327,6 +336,13 @@ def _unchanged(entry, sample):
     return torch.equal(*_written(entry, sample))
 
 
+def _nan_if(changed, y):
+    """y, or NaN in its shape where ``changed`` (True, or a 0-dim boolean tensor: one masked_fill)."""
+    if changed is None:
+        return y
+    return torch.full_like(y, math.nan) if changed is True else y.masked_fill(changed, math.nan)
+
+
 def _changed(entry, sample):
     """Not :func:`_unchanged`, decided on the device with nothing waiting for it: a 0-dim boolean
     tensor (the coordinates are then filled with NaN where it is True: one ``masked_fill``)."""
@@ -381,7 +397,7 @@ class _Link(torch.autograd.Function):
         ctx.save_for_backward(y, relaxed)
         ctx.save_for_forward(y, relaxed)
         ctx.set_materialize_grads(False)  # jvp: an input without a tangent gets None, not zeros
-        return y.view_as(y) if changed is None else y.masked_fill(changed, math.nan)
+        return y.view_as(y) if changed is None else _nan_if(changed, y)
 
     @staticmethod
     def backward(ctx, g):
@@ -404,9 +420,11 @@ class _Link(torch.autograd.Function):
 
 
 def _carried_part(numerator, slope):
-    """numerator / slope where that is within ±_bound, else 0 (also at NaN), decided on the device.
-    The bound keeps the gradients of several densities scoring the same sample from overflowing when
-    autograd adds them at x.
+    """numerator / slope where that is within ±_bound, else 0 (also at NaN). The bound keeps the
+    gradients of several densities scoring the same sample from overflowing when autograd adds them
+    at x. On a GPU decided on the device (two passes more); where the host is the device
+    (:data:`HOST_DEVICES`), one reduction read on the host skips them when nothing is beyond it, the
+    common case (the same values either way).
 
     Differentiated again (``create_graph``), the quotient's derivative with respect to the slope is
     ``-(numerator / slope) / slope``: it must be within the bound as well, or the second derivatives
@@ -414,7 +432,12 @@ def _carried_part(numerator, slope):
     = NaN; entries beyond it go to y directly, as do the masked entries, which divide by 1 so that
     their derivatives are 0."""
     if not torch.is_grad_enabled():
-        return _within_bound(numerator / slope)
+        quotient = numerator / slope
+        if quotient.device.type in HOST_DEVICES and quotient.numel():
+            low, high = torch.aminmax(quotient)
+            if -_bound(quotient) <= float(low) and float(high) <= _bound(quotient):
+                return quotient
+        return _within_bound(quotient)
     bound = _bound(numerator)
     quotient = numerator.detach() / slope.detach()
     keep = (quotient.abs() <= bound) & ((quotient / slope.detach()).abs() <= bound)  # False at NaN
