@@ -220,12 +220,14 @@ def kernels_table():
     for context, header, rows in markdown_tables(os.path.join(BENCH, "kernels.txt")):
         for row in rows:
             values = dict(zip(header, row))
-            spans[(context, values["contestant"])].append(float(values["fwd+grad / floor"].rstrip("x")))
-    rows = [[backend, contestant, f"{min(v):.2f}-{max(v):.2f}x", str(len(v))] for (backend, contestant), v in spans.items()]
+            workloads = "W4 (launch-bound)" if values["workload"].startswith("W4") else "W1-W3"
+            spans[(context, values["contestant"], workloads)].append(float(values["fwd+grad / floor"].rstrip("x")))
+    rows = [[backend, contestant, workloads, f"{min(v):.2f}-{max(v):.2f}x", str(len(v))]
+            for (backend, contestant, workloads), v in spans.items()]
     _write("kernels.inc", list_table(
         "d.log_prob(d.rsample()).sum() with its gradient, over the floor (the same math written by hand) of the same "
-        "framework: min-max over the cells (3 workloads x 4 distributions)",
-        ["backend", "contestant", "fwd+grad / floor", "cells"], rows,
+        "framework: min-max over the cells (workloads x 4 distributions)",
+        ["backend", "contestant", "workloads", "fwd+grad / floor", "cells"], rows,
         "``bench/results/kernels.txt``, printed by ``python -m bench.kernels --repetitions 15``"))
 
 
