@@ -97,9 +97,11 @@ class CompiledStep(Step):
 
     ``make_optimizer`` must make a ``torch.optim.Adam`` (without weight decay, amsgrad or maximize:
     its ``lr``, ``betas`` and ``eps`` are read from it; ``fused`` is moot). Its state is what the graph
-    updates in place (``capturable`` on a GPU), so ``state_dict`` and checkpoints are :class:`Step`'s. Tracing runs the step once on
-    copies of the random generator's state, and the parameters and Adam's state are put back after
-    it: the first step is not taken twice, and it draws what an eager step would. The loss must be
+    updates in place (``capturable`` on a GPU), so ``state_dict`` and checkpoints are
+    :class:`Step`'s. Tracing and compiling (in ``init``, and for each new batch shape) run the step
+    twice on copies of the random generators' state, and the parameters and Adam's state are put
+    back after them: no step is taken twice, the first draws what an eager step would, and the
+    compilation is not inside the steps a loop times. The loss must be
     one whose gradient is that of ``differentiable_loss`` (the relaxed ELBOs, VIMCO); the
     restrictions are ``JitTrace_ELBO``'s (static structure, a new batch shape compiles again)."""
 
@@ -117,6 +119,7 @@ class CompiledStep(Step):
         if len(self.optim.param_groups) != 1:
             raise ValueError("CompiledStep: make_optimizer must make one parameter group")
         self._capturable()
+        self._compiled_for(args)  # compiled here, outside the steps the loop times
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
@@ -167,6 +170,12 @@ class CompiledStep(Step):
     def __call__(self, *args):
         if self.optim is None:
             raise RuntimeError("Step.init(*args) creates the parameters and the optimizer before the first step")
+        compiled, inputs = self._compiled_for(args)
+        with torch.no_grad():  # the gradient is in the graph: its operations are run, not differentiated
+            return float(compiled(*inputs, *args))
+
+    def _compiled_for(self, args):
+        """(the compiled step for batches like ``args``, its inputs but the batch)."""
         from pyro_concrete._tracing import _signature
 
         params, state = list(self.params.values()), self._state()
@@ -174,10 +183,11 @@ class CompiledStep(Step):
         key = _signature(args)
         if key not in self.compiled:
             self.compiled[key] = self._compile(params, state, inputs, args)
-        with torch.no_grad():  # the gradient is in the graph: its operations are run, not differentiated
-            return float(self.compiled[key](*inputs, *args))
+        return self.compiled[key], inputs
 
     def _compile(self, params, state, inputs, args):
+        """Trace and compile the step, and run it once (``torch.compile`` compiles on its first call):
+        the parameters, Adam's state and the random generators are put back after both."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         def traced(*inputs_and_args):
@@ -189,16 +199,18 @@ class CompiledStep(Step):
         with torch.random.fork_rng(devices=sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})):
             with pyro.validation_enabled(False):  # as pyro.ops.jit: value checks are data-dependent
                 graph = make_fx(traced)(*inputs, *args)  # runs the step: undone below
-        with torch.no_grad():
-            for tensor, value in zip(inputs, saved):
-                tensor.copy_(value)
-        for tensor in inputs:
-            if tensor.device.type == "cuda":
-                # CUDA graphs ("reduce-overhead") take a graph that updates its inputs in place only
-                # where those stay at one address: the parameters and Adam's state do (a checkpoint
-                # loaded gives new ones: compiled again). Not yet run on a GPU (issue 30)
-                torch._dynamo.mark_static_address(tensor)
-        return torch.compile(graph, **self.options)
+            for tensor in inputs:
+                if tensor.device.type == "cuda":
+                    # CUDA graphs ("reduce-overhead") take a graph that updates its inputs in place
+                    # only where those stay at one address: the parameters and Adam's state do (a
+                    # checkpoint loaded gives new ones: compiled again). Not yet run on a GPU (issue 30)
+                    torch._dynamo.mark_static_address(tensor)
+            compiled = torch.compile(graph, **self.options)
+            with torch.no_grad():
+                compiled(*inputs, *args)  # compiles; undone below
+                for tensor, value in zip(inputs, saved):
+                    tensor.copy_(value)
+        return compiled
 
 
 def adam(lr, fused=False):
