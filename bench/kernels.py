@@ -360,8 +360,8 @@ def _compared_in_full(cls):
         def rsample(self, sample_shape=torch.Size()):
             value = super().rsample(sample_shape)
             entry = _carry.carry._entries.get(value.untyped_storage()._cdata)
-            if entry is not None:
-                entry.copy = value.detach().clone()
+            if entry is not None:  # no sentinel rows: the whole sample is what was written
+                entry.sentinels, entry.written = None, value.detach().clone()
             return value
 
     return ComparedInFull

@@ -34,7 +34,7 @@ class _Entry:
 
     __slots__ = (
         "storage", "data_ptr", "nbytes", "sample", "version", "coordinates", "coordinates_version", "kind",
-        "owns_storage", "copy", "sentinel_step", "sentinels",
+        "owns_storage", "integer", "sentinels", "written",
     )
 
 
@@ -78,7 +78,6 @@ class Carry:
         """Forget every carried sample (they are scored from their values afterwards)."""
         self._entries.clear()
 
-    @quiet_under_trace
     def attach(self, value, coordinates, kind):
         """Record that ``value`` has the log-space ``coordinates`` of the given ``kind`` (a
         ``concrete_common.kinds.Kind``; ``LOG``: value = exp(coordinates); ``LOGIT``: value =
@@ -88,6 +87,11 @@ class Carry:
         None). Returns value."""
         if _traced():
             return _attach_traced(value, coordinates, kind)
+        return self._attach(value, coordinates, kind)
+
+    @quiet_under_trace
+    def _attach(self, value, coordinates, kind):
+        """:meth:`attach`, eagerly (not traced)."""
         try:
             storage = value.untyped_storage()
             key = storage._cdata
@@ -108,15 +112,14 @@ class Carry:
         entry.owns_storage = (
             value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
         )
+        entry.integer = _INTEGER_OF_SIZE[value.element_size()]
         sample = value.detach()
-        entry.copy = entry.sentinel_step = entry.sentinels = None
         if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
-            entry.copy = sample.clone()
-        else:  # rows spread evenly from the first to (about) the last, by slicing: no index tensor
-            rows = _rows(sample.reshape(-1), kind, value.shape[-1] if value.dim() else 1)
-            count = self.SENTINEL_ROWS if kind.n_ary else self.SENTINEL_ELEMENTS
-            entry.sentinel_step = max(1, (rows.shape[0] - 1) // (count - 1))
-            entry.sentinels = rows[:: entry.sentinel_step][:count].clone()
+            entry.sentinels = None
+        else:  # rows spread evenly from the first to (about) the last: a strided view, no index tensor
+            entry.sentinels = _sentinel_geometry(value, kind, self.SENTINEL_ROWS if kind.n_ary else self.SENTINEL_ELEMENTS)
+            sample = sample.as_strided(*entry.sentinels)
+        entry.written = sample.clone()  # compared as integers, bit for bit (not viewed so here: torch.jit.trace has no dtype view)
         entries[key] = entry
         return value
 
@@ -159,9 +162,9 @@ class Carry:
         relaxed = None if entry.kind.straight_through else value
         # the sampler's node, to hand the gradient to; not under torch.jit.trace, whose graph would
         # keep the node of the sample drawn while tracing as a constant
-        shown = sample.grad_fn if value is sample and not torch.jit.is_tracing() else None
+        shown = sample.grad_fn if value is sample and not torch._C._is_tracing() else None
         shown = shown if isinstance(shown, _Show._backward_cls) else None
-        return _Link.apply(value, y, relaxed, entry.kind.binary, shown, changed)
+        return _apply_link(value, y, relaxed, entry.kind.binary, shown, changed)
 
     @quiet_under_trace
     def _lookup(self, value, kinds, validate):
@@ -192,7 +195,7 @@ class Carry:
         if coordinates is None:
             return None
         changed = None
-        if torch.jit.is_tracing():  # a traced graph has no way to edit memory between its operations
+        if torch._C._is_tracing():  # a traced graph has no way to edit memory between its operations
             pass
         elif validate or sample.device.type in HOST_DEVICES:
             if not _unchanged(entry, sample):
@@ -211,7 +214,7 @@ def show(y, kind):
     """The sample ``x = exp(y)`` (``kind`` LOG) or ``sigmoid(y)`` (LOGIT), attached with its coordinates ``y``."""
     if _traced():
         return carry.attach(torch.sigmoid(y) if kind.binary else torch.exp(y), y, kind)
-    return carry.attach(_Show.apply(y, kind.binary), y, kind)
+    return carry._attach(_apply_show(y, kind.binary), y, kind)
 
 
 # ----------------------------------------------------------------------------- traced: torch.compile, torch.func
@@ -313,22 +316,24 @@ def _drop(entries, key, ref):
         del entries[key]
 
 
-def _rows(flat_sample, kind, num_categories):
-    return flat_sample.view(-1, num_categories) if kind.n_ary else flat_sample
+def _sentinel_geometry(sample, kind, count):
+    """(size, stride) of the sentinel rows of a contiguous sample that owns its storage: ``count``
+    rows (elements, for the binary kinds) spread evenly from the first to (about) the last."""
+    width = sample.shape[-1] if kind.n_ary else 1
+    rows = sample.numel() // width
+    step = max(1, (rows - 1) // (count - 1))
+    taken = min(count, -(-rows // step))
+    return ((taken, width), (step * width, 1)) if kind.n_ary else ((taken,), (step,))
 
 
 def _written(entry, sample):
     """(what the sample's memory holds now, what the sampler wrote there): in full for a sample that
     is a view (rare), else the sentinel rows (see :class:`Carry`); as integers, so that the
     comparison is of bits."""
-    detached = sample.detach()
-    if entry.copy is not None:
-        now, then = detached, entry.copy
-    else:
-        rows = _rows(detached.reshape(-1), entry.kind, sample.shape[-1] if sample.dim() else 1)
-        now, then = rows[:: entry.sentinel_step][: entry.sentinels.shape[0]], entry.sentinels
-    integer = _INTEGER_OF_SIZE[now.element_size()]
-    return now.view(integer), then.view(integer)
+    now = sample.detach()
+    if entry.sentinels is not None:
+        now = now.as_strided(*entry.sentinels)
+    return now.view(entry.integer), entry.written.view(entry.integer)
 
 
 def _unchanged(entry, sample):
@@ -405,7 +410,7 @@ class _Link(torch.autograd.Function):
             return None, None, None, None, None, None
         slope = _slope(ctx)
         gx = _carried_part(g, slope)
-        if ctx.shown is not None and not torch.is_grad_enabled():
+        if ctx.shown is not None and not torch.is_grad_enabled() and torch._C._will_engine_execute_node(ctx.shown):
             _offer(ctx.shown, gx, g)  # the sampler's _Show gives y the rest, if it needs to
             return gx, None, None, None, None, None
         # where x underflowed (slope 0) or dy/dx is astronomically large, x carries nothing and the
@@ -503,15 +508,32 @@ class _Show(torch.autograd.Function):
         return y_dot * x * (1 - x) if ctx.logit else y_dot * x
 
 
+# the two Functions' C ``apply``, without ``Function.apply``'s Python wrapper, whose work (binding
+# arguments for ``setup_context``, unwrapping dead torch.func wrappers) has nothing to do on the
+# eager path: a value there has a storage, so no torch.func wrapper reaches them
+_apply_show = super(torch.autograd.Function, _Show).apply
+_apply_link = super(torch.autograd.Function, _Link).apply
+
+
 def _offer(shown, gx, g):
     """Hand the sample's :class:`_Show` node a link's ``gx = g dy/dx`` and its ``g``, with their
     version counters, for this backward pass (keyed by it: nested or concurrent passes over the same
-    graph keep their own); dropped when it ends."""
+    graph keep their own), if the engine will reach the node in this pass (the link asks). The node
+    takes them when it runs. It does not run in a pass that only captures the sample's gradient
+    (``torch.autograd.grad(..., inputs=[x])``): such a pass's offers stay behind, so a pass that finds
+    another's drops its own when it ends (a callback at its end, which costs more than the rest of
+    the link's backward, so only then): at most one pass's offers stay, until the graph is freed."""
     task, offers = torch._C._current_graph_task_id(), shown.offers
-    if task not in offers:
+    if offers and task not in offers:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: offers.pop(task, None))
     offers.setdefault(task, []).append((gx, gx._version, g, g._version))
 
 
 def _bound(t):
-    return torch.finfo(t.dtype).max / 1024
+    bound = _BOUNDS.get(t.dtype)
+    if bound is None:
+        bound = _BOUNDS[t.dtype] = torch.finfo(t.dtype).max / 1024
+    return bound
+
+
+_BOUNDS: dict[torch.dtype, float] = {}  # per dtype, rather than a torch.finfo per backward step

@@ -156,9 +156,10 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
             f"{tuple(param_batch_shape)} of the logits; temperature is a batch parameter "
             "(one per distribution, never one per category)",
         )
-    event_shape = logits.shape[-1:] if categorical else torch.Size()
-    logits = logits.expand(batch_shape + event_shape)
-    probs = None if probs is None else probs.expand(batch_shape + event_shape)
+    if batch_shape != param_batch_shape:  # else already of the full shape: no view, no autograd node
+        event_shape = logits.shape[-1:] if categorical else torch.Size()
+        logits = logits.expand(batch_shape + event_shape)
+        probs = None if probs is None else probs.expand(batch_shape + event_shape)
     return temperature, logits, probs, batch_shape
 
 

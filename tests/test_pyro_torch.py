@@ -414,6 +414,28 @@ def test_nested_and_concurrent_backward_passes_over_one_sample_keep_their_own_gr
         torch.testing.assert_close(got[key], through_y, **tolerance)
 
 
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_passes_that_stop_at_the_sample_leave_at_most_one_pass_of_gradients_behind(name):
+    """``torch.autograd.grad(log_prob, z)`` captures the gradient at the sample: the sampler's node
+    does not run, so what its link handed it stays. Repeated on a retained graph, at most one pass's
+    stays (each later one is dropped at its end), and passes through the sampler stay exact."""
+    logits, d, z, y, through_y, _ = _scored_sample(name, underflowed=True)
+    scored = d.log_prob(z).sum()
+    tolerance = {"rtol": 1e-5, "atol": 1e-5 * through_y.abs().max().item()}
+    for _ in range(5):
+        (by_sample,) = torch.autograd.grad(scored, z, retain_graph=True)
+        assert torch.isfinite(by_sample).all()
+        assert len(z.grad_fn.offers) == 1
+    for _ in range(3):
+        (by_logits,) = torch.autograd.grad(scored, logits, retain_graph=True)
+        torch.testing.assert_close(by_logits, through_y, **tolerance)
+        assert len(z.grad_fn.offers) == 1
+    both = torch.autograd.grad(scored, [logits, z], retain_graph=True)
+    torch.testing.assert_close(both[0], through_y, **tolerance)
+    torch.testing.assert_close(both[1], by_sample, rtol=0, atol=0)
+    assert len(z.grad_fn.offers) == 1
+
+
 def test_a_sample_detached_in_place_sends_no_gradient_to_the_sampler():
     """``z.detach_()`` makes the sample a constant: its density's gradient with respect to the logits
     is the density's own dependence on them, not the path through the sampler."""
