@@ -34,7 +34,7 @@ class _Entry:
 
     __slots__ = (
         "storage", "data_ptr", "nbytes", "sample", "version", "coordinates", "coordinates_version", "kind",
-        "owns_storage", "integer", "sentinels", "written",
+        "owns_storage", "sentinels", "written",
     )
 
 
@@ -112,7 +112,6 @@ class Carry:
         entry.owns_storage = (
             value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
         )
-        entry.integer = _INTEGER_OF_SIZE[value.element_size()]
         sample = value.detach()
         if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
             entry.sentinels = None
@@ -333,7 +332,8 @@ def _written(entry, sample):
     now = sample.detach()
     if entry.sentinels is not None:
         now = now.as_strided(*entry.sentinels)
-    return now.view(entry.integer), entry.written.view(entry.integer)
+    integer = _INTEGER_OF_SIZE[now.element_size()]
+    return now.view(integer), entry.written.view(integer)
 
 
 def _unchanged(entry, sample):
@@ -440,7 +440,8 @@ def _carried_part(numerator, slope):
         quotient = numerator / slope
         if quotient.device.type in HOST_DEVICES and quotient.numel():
             low, high = torch.aminmax(quotient)
-            if -_bound(quotient) <= float(low) and float(high) <= _bound(quotient):
+            bound = _bound(quotient)
+            if -bound <= float(low) and float(high) <= bound:
                 return quotient
         return _within_bound(quotient)
     bound = _bound(numerator)
