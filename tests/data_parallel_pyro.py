@@ -1,6 +1,8 @@
 """Run by tests/test_data_parallel.py under ``torchrun --nproc_per_node 2`` (gloo): the Pyro dVAE
 example, data-parallel, with every file it writes recorded per rank; with "reference", rank 0 then
-computes the same steps in one process on the whole batch. Rank 0 prints one JSON line."""
+computes the same steps in one process on the whole batch. Several runs, one after another in the
+same processes (each joins and leaves the process group, as a run does), are separated by "+" on
+the command line: one torchrun start instead of one per run. Rank 0 prints one JSON line per run."""
 
 import io
 import json
@@ -71,9 +73,7 @@ def _max_relative(a, b):
     return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-3)).max()) for k in b)
 
 
-if __name__ == "__main__":
-    # argv: a record file for this rank's writes ({rank} in its name), "reference" or "-", the example's options
-    record, reference, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+def _one_run(record, reference, argv):
     metrics, writes = _run_recording_writes([*OPTIONS, *argv])
     rank = int(os.environ["RANK"])
     with open(record.format(rank=rank), "w") as f:
@@ -85,4 +85,18 @@ if __name__ == "__main__":
             state, steps = _module_state(out), int(argv[argv.index("--steps") + 1])
             result["max_relative_difference_to_one_process"] = _max_relative(state, one_process_reference(steps))
             result["moved_from_init"] = _max_relative(state, one_process_reference(0))
-        print(json.dumps(result))
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    # argv: runs separated by "+", each a record file for this rank's writes ({rank} in its name),
+    # "reference" or "-", and the example's options
+    runs, run = [], []
+    for token in sys.argv[1:] + ["+"]:
+        if token == "+":
+            runs.append(run)
+            run = []
+        else:
+            run.append(token)
+    for record, reference, *argv in runs:
+        _one_run(record, reference, argv)

@@ -47,26 +47,36 @@ def test_numpyro_sharded_svi_equals_one_device():
     assert r["fit_max_difference"] < 1e-4
 
 
-def _torchrun(tmp_path, *argv):
+def _torchrun(tmp_path, *runs):
+    """The runs (each a list of arguments) one after another in one torchrun start: (rank 0's JSON
+    line, [rank 0's writes, rank 1's writes]) of each."""
+    argv = []
+    for i, run in enumerate(runs):
+        argv += (["+"] if i else []) + [str(tmp_path / f"writes-{i}-{{rank}}.json"), *run]
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "tests.data_parallel_pyro", str(tmp_path / "writes-{rank}.json"), *argv],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          "-m", "tests.data_parallel_pyro", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    writes = [json.loads((tmp_path / f"writes-{rank}.json").read_text()) for rank in (0, 1)]
-    return json.loads(run.stdout.strip().splitlines()[-1]), writes
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(runs), run.stdout[-4000:]
+    return [(line, [json.loads((tmp_path / f"writes-{i}-{rank}.json").read_text()) for rank in (0, 1)])
+            for i, line in enumerate(lines)]
 
 
 def test_pyro_ddp_equals_one_process_and_resumes(tmp_path):
     """The Pyro dVAE example under torchrun, 2 gloo processes (DDP): after 6 steps its parameters
     equal those of one process taking the same 6 steps on the whole batches (each slice with the
     noise its rank drew) -- the all-reduced, rescaled gradient is the whole batch's; only rank 0
-    writes checkpoints and results; 4 steps, then --resume to 6, give the uninterrupted run."""
-    first, writes = _torchrun(tmp_path, "-", "--steps", "4", "--checkpoint-every", "2", "--out", str(tmp_path / "i"))
+    writes checkpoints and results; 4 steps, then --resume to 6, give the uninterrupted run. (The
+    three runs in one torchrun start, each joining and leaving the process group as a run does.)"""
+    (first, writes), (resumed, resumed_writes), (whole, whole_writes) = _torchrun(
+        tmp_path,
+        ["-", "--steps", "4", "--checkpoint-every", "2", "--out", str(tmp_path / "i")],
+        ["-", "--steps", "6", "--resume", "--out", str(tmp_path / "i")],
+        ["reference", "--steps", "6", "--out", str(tmp_path / "u")],
+    )
     assert writes[1] == [] and writes[0].count("checkpoint.bin") == 3 and "metrics.json" in writes[0]
-    resumed, writes = _torchrun(tmp_path, "-", "--steps", "6", "--resume", "--out", str(tmp_path / "i"))
-    assert writes[1] == [] and "checkpoint.bin" in writes[0]
-    whole, writes = _torchrun(tmp_path, "reference", "--steps", "6", "--out", str(tmp_path / "u"))
-    assert writes[1] == [] and first["devices"] == resumed["devices"] == whole["devices"] == 2
+    assert resumed_writes[1] == [] and "checkpoint.bin" in resumed_writes[0]
+    assert whole_writes[1] == [] and first["devices"] == resumed["devices"] == whole["devices"] == 2
     assert resumed["final_train_loss"] == whole["final_train_loss"] and resumed["validation"][-1] == whole["validation"][-1]
     assert whole["moved_from_init"] > 0.1  # the comparison below is not of two initial states
     assert whole["max_relative_difference_to_one_process"] < 1e-6  # 0 here; dropping the rescaling gives 3e-5
