@@ -87,13 +87,12 @@ def _jax_precision(request):
         yield
 
 
-# The longest tests (15-40 s each: subprocesses, mypy, the docs build, the benchmarks' smoke runs,
-# the fuzz cases) start first. pytest-xdist hands out tests in collection order and rebalances by
-# stealing queued ones; a long test that starts last holds the run's end on one core while the other
-# idles. Only the order changes.
+# The longest tests (10-30 s each: subprocesses, the benchmarks' smoke runs, the fuzz cases) start
+# first. pytest-xdist hands out tests in collection order and rebalances by stealing queued ones; a
+# long test that starts last holds the run's end on one core while the other idles. Only the order
+# changes.
 RUN_FIRST = (
     "tests/test_data_parallel.py::",
-    "tests/test_types.py::",
     "tests/test_bench.py::",
     "tests/test_fuzz_estimators.py::",
     "tests/test_docs_snippets.py::",

@@ -2,11 +2,15 @@
 example, data-parallel, with every file it writes recorded per rank; with "reference", rank 0 then
 computes the same steps in one process on the whole batch. Several runs, one after another in the
 same processes (each joins and leaves the process group, as a run does), are separated by "+" on
-the command line: one torchrun start instead of one per run. Rank 0 prints one JSON line per run."""
+the command line: one torchrun start instead of one per run. Each run rendezvouses through a store
+of its own (rank 0 hosts it on a free port it publishes in torchrun's store): a second process group
+joined through torchrun's store would read the first one's stale addresses there, since the group's
+keys restart with it. Rank 0 prints one JSON line per run."""
 
 import io
 import json
 import os
+import socket
 import sys
 
 import pyro
@@ -73,6 +77,18 @@ def _max_relative(a, b):
     return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-3)).max()) for k in b)
 
 
+def _own_store(run):
+    """Point the next ``init_process_group`` (env://) at a new store, which rank 0 starts on a free
+    port it publishes, under the run's number, in torchrun's store."""
+    agent = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    if os.environ["RANK"] == "0":
+        with socket.socket() as s:
+            s.bind((os.environ["MASTER_ADDR"], 0))
+            port = s.getsockname()[1]
+        agent.set(f"run-{run}-port", str(port))
+    return agent.get(f"run-{run}-port").decode()
+
+
 def _one_run(record, reference, argv):
     metrics, writes = _run_recording_writes([*OPTIONS, *argv])
     rank = int(os.environ["RANK"])
@@ -98,5 +114,9 @@ if __name__ == "__main__":
             run = []
         else:
             run.append(token)
-    for record, reference, *argv in runs:
+    master_port = os.environ["MASTER_PORT"]
+    for run, (record, reference, *argv) in enumerate(runs):
+        os.environ["MASTER_PORT"] = master_port
+        port = _own_store(run)
+        os.environ.update(MASTER_PORT=port, TORCHELASTIC_USE_AGENT_STORE="False")
         _one_run(record, reference, argv)

@@ -1,15 +1,14 @@
-"""The type hints (issue 14): every public function and method of both packages is annotated, and
+"""The type hints (issue 14): every public function and method of both packages is annotated. That
 mypy, with the settings in pyproject.toml (the packages only; NumPyro and funsor ship no py.typed),
-finds no error in them."""
+finds no error in them is ``make types``, a step of CI (``.ci/run``) beside the suite: it reads
+torch's hints, 20-30 s of the suite's budget."""
 
 import inspect
-from pathlib import Path
 
 import pytest
 
 from tests.test_mirror import PUBLIC_MODULES
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["pyro_concrete", "numpyro_concrete"]
 # modules whose __all__ is API beside the package's own: the public modules, and those a user reaches
 # for by name (constraints and transforms registered with biject_to, the handlers' Messengers)
@@ -56,10 +55,3 @@ def test_the_public_api_is_annotated(package_name):
         if unannotated:
             missing[name] = unannotated
     assert not missing, missing
-
-
-def test_mypy_finds_no_error_in_the_packages(tmp_path):
-    api = pytest.importorskip("mypy.api")
-    stdout, stderr, status = api.run(["--cache-dir", str(tmp_path / "mypy-cache"), "--config-file", str(ROOT / "pyproject.toml")])
-    assert status == 0, stdout + stderr
-    assert "Success: no issues found" in stdout
