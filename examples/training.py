@@ -357,7 +357,9 @@ def plot_learning_curve(out, losses, evaluations=(), ylabel="loss per data point
 
 
 def save_image_grid(out, filename, rows, image_shape, row_titles):
-    """rows: a list of (n, height * width) arrays in [0, 1], drawn one row of images each."""
+    """rows: a list of (n, height * width) arrays in [0, 1], drawn one row of images each. Each row is
+    one image, its pictures side by side with a white gap (one axes per row: an axes per picture
+    cost about a second per figure, most of an example's plotting)."""
     if out is None:
         return
     import matplotlib
@@ -366,14 +368,17 @@ def save_image_grid(out, filename, rows, image_shape, row_titles):
     import matplotlib.pyplot as plt
 
     n = max(len(r) for r in rows)
-    fig, axes = plt.subplots(len(rows), n, figsize=(n * 0.8, len(rows) * 0.9), squeeze=False)
-    for i, (row, title) in enumerate(zip(rows, row_titles)):
-        for j in range(n):
-            ax = axes[i, j]
-            ax.axis("off")
-            if j < len(row):
-                ax.imshow(np.asarray(row[j]).reshape(image_shape), cmap="gray", vmin=0, vmax=1)
-        axes[i, 0].set_title(title, fontsize=7, loc="left")
+    height, width = image_shape
+    gap = max(1, width // 3)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(n * 0.8, len(rows) * 0.9), squeeze=False)
+    cmap = matplotlib.colormaps["gray"].with_extremes(bad="white")
+    for ax, row, title in zip(axes[:, 0], rows, row_titles):
+        strip = np.full((height, n * (width + gap) - gap), np.nan)
+        for j, picture in enumerate(row):
+            strip[:, j * (width + gap):j * (width + gap) + width] = np.asarray(picture).reshape(image_shape)
+        ax.imshow(strip, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+        ax.axis("off")
+        ax.set_title(title, fontsize=7, loc="left")
     fig.tight_layout()
     fig.savefig(os.path.join(out, filename), dpi=120)
     plt.close(fig)

@@ -230,7 +230,7 @@ def _error_line(stderr):
 
 
 @pytest.mark.parametrize("ppl", PPLS)
-def test_resume_with_other_shape_options_refuses_naming_them(ppl, tiny_run, tmp_path):
+def test_resume_with_other_shape_options_refuses_naming_them(ppl, tiny_run, tmp_path, capsys):
     """--resume with another --latent-units or --layers (another model) or --lr: one line naming
     each with both values, exit status 2, no traceback, nothing trained or written; the options
     that may change (training.RESUME_MAY_CHANGE: --steps, --eval-every, ...) are not named."""
@@ -240,10 +240,10 @@ def test_resume_with_other_shape_options_refuses_naming_them(ppl, tiny_run, tmp_
     metrics = (out / "metrics.json").read_bytes()
     may_change = ["--steps", "2", "--eval-every", "2", "--eval-samples", "2", "--checkpoint-every", "5", "--out", str(out), "--resume"]
     changed = ["--no-progress", "--conditioning", "linear", "--latent-units", "16", "--layers", "2", "--lr", "0.5"]
-    command = [sys.executable, "-m", f"examples.dvae_{ppl}", *changed, *may_change]
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 2, finished.stdout[-2000:] + finished.stderr[-2000:]
-    line = _error_line(finished.stderr)
+    with pytest.raises(SystemExit) as stopped:
+        _run(f"dvae_{ppl}", [*changed, *may_change])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err)
     assert str(out / "checkpoint.bin") in line
     assert "--latent-units: checkpoint 8, now 16" in line
     assert "--layers: checkpoint 1, now 2" in line
@@ -648,10 +648,10 @@ def test_dvae_trains_the_discrete_graph_with_each_estimator(ppl, estimator, arit
     (["--estimator", "disarm", "--arity", "4"], "--estimator disarm is for binary nodes: use --arity 2 (got 4)"),
     (["--estimator", "relax", "--layers", "2"], "--estimator relax needs one stochastic layer: use --layers 1 (got 2)"),
 ])
-def test_dvae_refuses_estimator_options_it_cannot_honour(ppl, options, message, tmp_path):
-    run = subprocess.run([sys.executable, "-m", f"examples.dvae_{ppl}", *options, "--out", str(tmp_path / "out")],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert run.returncode == 2 and _error_line(run.stderr) == f"error: {message}"
+def test_dvae_refuses_estimator_options_it_cannot_honour(ppl, options, message, no_training, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        _run(f"dvae_{ppl}", [*options, "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2 and _error_line(capsys.readouterr().err) == f"error: {message}"
 
 
 def test_results_tables_hold_every_committed_run():
