@@ -153,7 +153,8 @@ class Carry:
         entry, sample, y, changed = found
         if entry.coordinates is None:
             return _nan_if(changed, value)
-        if not _connected(value, sample):
+        connected = _connected(value, sample)
+        if not connected:
             y = y.detach()
         if not (value.requires_grad and torch.is_grad_enabled()) and _tangent(value) is None:
             # no derivative with respect to the value can be asked for
@@ -163,6 +164,8 @@ class Carry:
         # keep the node of the sample drawn while tracing as a constant
         shown = sample.grad_fn if value is sample and not torch._C._is_tracing() else None
         shown = shown if isinstance(shown, _Show._backward_cls) else None
+        if not connected and _recomputed_in_backward(sample):
+            shown = _RECOMPUTED
         return _apply_link(value, y, relaxed, entry.kind.binary, shown, changed)
 
     @quiet_under_trace
@@ -373,6 +376,33 @@ def _view(entry, sample, value, coordinates):
     return coordinates.as_strided(value.shape, value.stride(), coordinates.storage_offset() + offset)
 
 
+# The link's mark for a detached alias of a sample scored inside a backward pass: what reentrant
+# ``torch.utils.checkpoint`` does, recomputing its function on detached aliases of its inputs and
+# returning their gradients to the outer pass, which carries them on through the sample to the
+# sampler's parameters. The part of the gradient that the sample's value cannot carry (where it
+# underflowed to 0 or 1) would be lost there, a wrong finite gradient: the link refuses it instead.
+_RECOMPUTED = object()
+
+
+def _recomputed_in_backward(sample):
+    """Whether a detached alias of ``sample`` is being scored inside a backward pass while the sample
+    still leads to its sampler's parameters (see :data:`_RECOMPUTED`)."""
+    return isinstance(sample.grad_fn, _Show._backward_cls) and torch._C._current_graph_task_id() != -1
+
+
+def _refuse_a_lost_gradient(g, gx):
+    """Under :data:`_RECOMPUTED`: raise where part of ``g`` would be lost (``g`` nonzero where the
+    value carries none of it, ``gx`` 0: the sample underflowed there)."""
+    if bool(((gx == 0) & (g != 0)).any()):
+        raise RuntimeError(
+            "log_prob of a detached alias of a pyro_concrete sample was differentiated inside a backward pass "
+            "(reentrant torch.utils.checkpoint recomputes its function on detached inputs), and the sample underflowed "
+            "to 0 or 1 where the gradient with respect to the sampler's parameters cannot pass through its value: it "
+            "would be lost. Use torch.utils.checkpoint(..., use_reentrant=False), or score the sample outside the "
+            "checkpointed function."
+        )
+
+
 def _tangent(value):
     """The forward-mode tangent of ``value`` (``torch.autograd.forward_ad``), or None."""
     return forward_ad.unpack_dual(value).tangent
@@ -410,6 +440,9 @@ class _Link(torch.autograd.Function):
             return None, None, None, None, None, None
         slope = _slope(ctx)
         gx = _carried_part(g, slope)
+        if ctx.shown is _RECOMPUTED:
+            _refuse_a_lost_gradient(g, gx)
+            return gx, None, None, None, None, None
         if ctx.shown is not None and not torch.is_grad_enabled() and torch._C._will_engine_execute_node(ctx.shown):
             _offer(ctx.shown, gx, g)  # the sampler's _Show gives y the rest, if it needs to
             return gx, None, None, None, None, None

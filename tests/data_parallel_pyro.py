@@ -77,16 +77,17 @@ def _max_relative(a, b):
     return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-3)).max()) for k in b)
 
 
-def _own_store(run):
-    """Point the next ``init_process_group`` (env://) at a new store, which rank 0 starts on a free
-    port it publishes, under the run's number, in torchrun's store."""
-    agent = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+def _own_store(agent_port, number):
+    """The port of a new store for the next ``init_process_group`` (env://): rank 0 picks a free one
+    (its ``init_process_group`` starts the store there) and publishes it, under the run's number, in
+    torchrun's store at ``agent_port``."""
+    agent = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], agent_port, is_master=False)
     if os.environ["RANK"] == "0":
         with socket.socket() as s:
             s.bind((os.environ["MASTER_ADDR"], 0))
             port = s.getsockname()[1]
-        agent.set(f"run-{run}-port", str(port))
-    return agent.get(f"run-{run}-port").decode()
+        agent.set(f"run-{number}-port", str(port))
+    return agent.get(f"run-{number}-port").decode()
 
 
 def _one_run(record, reference, argv):
@@ -107,16 +108,14 @@ def _one_run(record, reference, argv):
 if __name__ == "__main__":
     # argv: runs separated by "+", each a record file for this rank's writes ({rank} in its name),
     # "reference" or "-", and the example's options
-    runs, run = [], []
+    runs, current = [], []
     for token in sys.argv[1:] + ["+"]:
         if token == "+":
-            runs.append(run)
-            run = []
+            runs.append(current)
+            current = []
         else:
-            run.append(token)
-    master_port = os.environ["MASTER_PORT"]
-    for run, (record, reference, *argv) in enumerate(runs):
-        os.environ["MASTER_PORT"] = master_port
-        port = _own_store(run)
-        os.environ.update(MASTER_PORT=port, TORCHELASTIC_USE_AGENT_STORE="False")
+            current.append(token)
+    agent_port = int(os.environ["MASTER_PORT"])
+    for number, (record, reference, *argv) in enumerate(runs):
+        os.environ.update(MASTER_PORT=_own_store(agent_port, number), TORCHELASTIC_USE_AGENT_STORE="False")
         _one_run(record, reference, argv)

@@ -9,20 +9,22 @@ import pytest
 
 from tests import fuzz_estimators, random_models
 
-# Chosen from the sweep for what they hold together (each runs in 10-35 s):
+# Chosen from the sweep for what they hold together (each runs in 10-35 s). Cases 6 (a global Normal,
+# a learned prior, per-element baselines without a plate, a masked observation) and 24 (a guide site
+# after another, a per-element baseline without a plate, a scaled site) ran here too until the suite
+# needed their 30 CPU-seconds; the baselines' shapes are tests/test_estimators_exact.py's, and both
+# cases are in the sweep.
 CASES = {
     17: "a subsampled plate, categorical sites in linear and log space, a relaxed site after another in model and guide",
     39: "a nested subsampled plate, a Normal guide site after a relaxed one, masked observations",
     14: "a guide-only categorical site, a Normal after relaxed sites in the guide, a subsample without a plate",
     41: "relaxed latents of the model only (score terms for their priors; refused by the estimators)",
-    6: "a global Normal, a learned prior, per-element baselines without a plate, a masked observation",
-    24: "a guide site after another, a per-element baseline without a plate, a scaled site",
 }
 
 
-# Each case in one backend, the backends alternating, so that each backend meets three of them and
+# Each case in one backend, the backends alternating, so that each backend meets two of them and
 # the suite keeps its time budget (both backends on every case: the sweep).
-BACKEND_OF = {17: "pyro", 39: "numpyro", 14: "pyro", 41: "numpyro", 6: "pyro", 24: "numpyro"}
+BACKEND_OF = {17: "pyro", 39: "numpyro", 14: "pyro", 41: "numpyro"}
 
 
 @pytest.mark.parametrize("seed", list(CASES))

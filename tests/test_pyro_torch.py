@@ -436,6 +436,37 @@ def test_passes_that_stop_at_the_sample_leave_at_most_one_pass_of_gradients_behi
     assert len(z.grad_fn.offers) == 1
 
 
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+@pytest.mark.parametrize("underflowed", [False, True], ids=["float64", "underflowed"])
+def test_checkpointed_scores_give_the_eager_gradient_or_refuse(name, underflowed):
+    """``torch.utils.checkpoint`` around the density of a sample drawn outside it. Without reentrance
+    (torch's recommended mode) the gradient is eager's. The reentrant mode recomputes the function on
+    a detached alias of the sample inside the backward pass and hands its gradient back to the
+    sample: exact where the sample's value carries it all, and refused (RuntimeError) where the
+    sample underflowed, where the part its value cannot carry would be lost, a wrong finite gradient."""
+    from torch.utils.checkpoint import checkpoint
+
+    logits, d, z, y, through_y, _ = _scored_sample(name, underflowed=underflowed)
+    prior = getattr(pc, name)(d.temperature, logits=torch.zeros_like(logits.detach()))
+
+    def score(value):
+        return prior.log_prob(value).sum()
+
+    def gradient(run):
+        logits.grad = None
+        run().backward(retain_graph=True)
+        return logits.grad.clone()
+
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if underflowed else {"rtol": 1e-12, "atol": 1e-12}
+    eager = gradient(lambda: score(z))
+    torch.testing.assert_close(gradient(lambda: checkpoint(score, z, use_reentrant=False)), eager, **tolerance)
+    if underflowed:
+        with pytest.raises(RuntimeError, match="use_reentrant=False"):
+            gradient(lambda: checkpoint(score, z, use_reentrant=True))
+    else:
+        torch.testing.assert_close(gradient(lambda: checkpoint(score, z, use_reentrant=True)), eager, **tolerance)
+
+
 def test_a_sample_detached_in_place_sends_no_gradient_to_the_sampler():
     """``z.detach_()`` makes the sample a constant: its density's gradient with respect to the logits
     is the density's own dependence on them, not the path through the sampler."""
