@@ -13,7 +13,8 @@ Large K (``--large-k``): vocabulary-sized categories, K = 10^4, 10^5, 10^6 at 10
 TFP's relaxed categorical, the hand-written floor of the same math, the memory-traffic floor)
 timed interleaved in one process per configuration, and its peak memory measured alone in a fresh
 process (torch: the resident set's peak; JAX: XLA's memory analysis of the compiled program, which
-the timing process reads, since it does not depend on what else the process ran); both against the floor (goal: time <= 1.1x, peak memory <= 1.2x).
+the timing process reads, since it does not depend on what else the process ran); both against the
+floor (goal: time <= 1.1x, peak memory <= 1.2x).
 
 Run: ``python -m bench.scaling`` (``--quick`` for a smoke run; ``--large-k`` for the large-K table only).
 """
