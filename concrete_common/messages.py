@@ -120,6 +120,24 @@ def outside_plate(site, plate):
     )
 
 
+class ParticleShapeError(ModelError):
+    """A site's log_prob that does not hold one value per particle: the model or guide does not
+    broadcast over the particle dimension, or has a batch dimension left of its plates. Drawing the
+    particles one at a time may cure the first (:func:`importance_bound` does), never the second."""
+
+
+def particle_shape(site, shape, particle_dim, num_particles):
+    where = "left of" if len(shape) > -particle_dim else "at"
+    return ParticleShapeError(
+        f"site {site!r} has log_prob of shape {tuple(shape)}: a dimension of size other than "
+        f"{'1 or ' + str(num_particles) if num_particles > 1 else '1'} {where} dim {particle_dim}, where each particle's "
+        f"weight is read ({num_particles} particle{'s' if num_particles > 1 else ''}, left of the model's plates). Every "
+        "batch dimension must be a plate's (a batched tensor in a with pyro.plate(...), or .to_event(...)), and with "
+        "several particles, model and guide must broadcast over a leftmost particle dimension (a reshape written for one "
+        "draw, such as x.unsqueeze(-1) of a global x that the particles batch, adds a dimension left of theirs)"
+    )
+
+
 def sequential_plate(site, plate):
     return ModelError(
         f"site {site!r} is in plate {plate!r} iterated sequentially (for i in plate(...)): one value per element "

@@ -46,6 +46,45 @@ class _GivenMessenger(Messenger):
             msg["fn"] = msg["fn"].mask(False)
 
 
+class CommonScale(Messenger):
+    """Takes the scale (``handlers.scale``) off the sites whose densities the exact helpers sum or
+    draw over -- the observed sites and the discrete ones -- and keeps it in ``scale`` (None: none):
+    a scale weighs the log joint, it does not temper it. Pyro's ``TraceEnum_ELBO`` sums the enumerated
+    sites out of the unscaled factors and scales the result; funsor's ``log_density`` scales each factor
+    first (sum_n log sum_z p(x_n, z)^s, not s log p(x)) and ``infer_discrete`` then draws from
+    p(z | x)^s normalized. Two different scales there are refused, as Pyro refuses them for enumerated
+    sites (a ModelError); so is a traced or per-element one. Sites held by ``given`` are left alone."""
+
+    def __init__(self, fn, given=None):
+        self.given = set(given or ())
+        self.scale = None
+        self._first = None  # the first scaled or unscaled site: (name, scale)
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] != "sample" or msg["name"] in self.given:
+            return
+        if not (msg["is_observed"] or getattr(msg["fn"], "has_enumerate_support", False)):
+            return  # a continuous latent: held by the caller (given, a posterior sample), never summed
+        scale = msg.get("scale")
+        if scale is not None and (isinstance(scale, jax.core.Tracer) or np.shape(scale) != ()):
+            raise messages.ModelError(
+                f"site {msg['name']!r} has a {'traced' if isinstance(scale, jax.core.Tracer) else 'per-element'} scale "
+                "(handlers.scale): the exact helpers take one number, common to every observed and discrete site"
+            )
+        scale = None if scale is None or float(scale) == 1.0 else float(scale)
+        if self._first is None:
+            self._first = (msg["name"], scale)
+            self.scale = scale
+        elif scale != self._first[1]:
+            raise messages.ModelError(
+                f"sites {self._first[0]!r} and {msg['name']!r} have different scales (handlers.scale: "
+                f"{self._first[1]} and {scale}; None is none): the exact discrete graph needs one scale common to "
+                "every observed and discrete site (as Pyro's TraceEnum_ELBO needs one for its enumerated sites)"
+            )
+        msg["scale"] = None
+
+
 def with_given(fn, given):
     return fn if not given else _GivenMessenger(fn, given)
 

@@ -15,6 +15,7 @@ from numpyro import handlers
 from concrete_common.messages import named_errors
 
 from ._traces import (
+    CommonScale,
     check_all_latents_discrete,
     check_full_data,
     check_given,
@@ -55,8 +56,10 @@ def marginal_log_likelihood(
     model = with_given(with_params(model, params), given)
     check_scan(model, args, kwargs)
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
-    enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
-    return log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
+    unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
+    enumerated = config_enumerate(unscaled)  # the model's own discrete sites too
+    log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
+    return log_joint if unscaled.scale is None else unscaled.scale * log_joint
 
 
 def _checked_discrete_trace(model, args, kwargs, given):
@@ -117,7 +120,8 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         check_scan(conditioned, args, kwargs, decodes=True)
         nesting = max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given))
         swap = DiscreteMessenger(conditioned, mode="enumerate")
-        decoded = infer_discrete(config_enumerate(swap), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
+        unscaled = CommonScale(swap, given)  # p(z | x), not p(z | x)^s normalized
+        decoded = infer_discrete(config_enumerate(unscaled), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
         traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {
@@ -160,9 +164,11 @@ class Predictive(numpyro.infer.Predictive):
     is drawn from its exact posterior (enumerated, given the observations and the other latents drawn
     from ``guide`` or taken from ``posterior_samples``) and returned in the site's own sample space
     (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
-    LogitBinConcrete), not as the enumerated index. The guide's Concrete-family sites are hidden
-    (the discrete draws do not start from the guide's relaxed ones). Without ``infer_discrete``,
-    ``numpyro.infer.Predictive`` as it is.
+    LogitBinConcrete), not as the enumerated index. Only the draws of the model's other latent sites
+    are held: the guide's values of the relaxed sites (its own Concrete-family sites, or an
+    autoguide's transformed Normal or Delta there) are hidden, so that those sites are drawn, and
+    returned, as any other (the discrete draws do not start from the relaxed ones). Without
+    ``infer_discrete``, ``numpyro.infer.Predictive`` as it is.
     """
 
     def __init__(
@@ -175,18 +181,28 @@ class Predictive(numpyro.infer.Predictive):
         **kwargs: Any,
     ) -> None:
         self._swap: Optional[DiscreteMessenger] = None
+        self._relaxed_model, self._unblocked_guide = model, guide
         if infer_discrete:
             model = self._swap = DiscreteMessenger(model, mode="enumerate")
-            if guide is not None:
-                guide = handlers.block(guide, hide_fn=_is_relaxed_sample)
+            model = CommonScale(model)  # p(z | x), not p(z | x)^s normalized
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
 
     def __call__(self, rng_key: Array, *args: Any, **kwargs: Any) -> dict[str, Array]:
+        if self._swap is not None and self._unblocked_guide is not None:
+            relaxed = self._relaxed_sites(rng_key, args, kwargs)
+            self.guide = handlers.block(self._unblocked_guide, hide_fn=lambda msg: _is_relaxed_sample(msg) or msg.get("name") in relaxed)
         samples = super().__call__(rng_key, *args, **kwargs)
         if self._swap is None:
             return samples
         to_value = self._swap.index_to_value  # filled while the swapped model ran
         return {name: to_value[name](value) if name in to_value else value for name, value in samples.items()}
+
+    def _relaxed_sites(self, rng_key, args, kwargs):
+        """The names of the model's Concrete-family sites: the guide's draws of them (an autoguide's
+        transformed Normal or Delta) are hidden, so that they are drawn, and returned, as the others."""
+        params = self.params if self.batch_ndims == 0 else jax.tree_util.tree_map(lambda x: x[0], self.params)
+        traced = trace(handlers.substitute(self._relaxed_model, data=params), rng_key, args, kwargs)
+        return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 
 @named_errors("discrete_log_likelihood")

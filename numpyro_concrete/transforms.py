@@ -28,6 +28,17 @@ def _log_softmax_padded(u):
     return jax.nn.log_softmax(jnp.pad(u, [(0, 0)] * (jnp.ndim(u) - 1) + [(0, 1)]), axis=-1)
 
 
+def _interior(x, ones=False):
+    """``x`` with the coordinates that rounded to 0 (and, ``ones``, to 1) moved to the nearest
+    representable interior point, so that the inverse of a plain value on the boundary (no carried
+    coordinates: a float32 sample whose coordinate underflowed, passed on as an array) is the finite
+    preimage of that point, as the host's ``StickBreakingTransform`` and ``SigmoidTransform`` clamp
+    theirs -- not -inf, +inf or NaN (``init_to_median`` took the median of such rows: NaN)."""
+    x = jnp.asarray(x)
+    inside = jnp.where(x == 0, jnp.finfo(x.dtype).tiny, x)
+    return jnp.where(x == 1, jnp.nextafter(jnp.ones((), x.dtype), 0), inside) if ones else inside
+
+
 class _VectorTransform(ParameterFreeTransform):
     """Shape bookkeeping for maps R^(K-1) -> K coordinates."""
 
@@ -72,7 +83,7 @@ class SimplexTransform(_VectorTransform):
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOG,))
         if y is None:
-            y = log(x)
+            y = log(_interior(x))
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
@@ -95,7 +106,7 @@ class UnitIntervalTransform(ParameterFreeTransform):
 
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOGIT,))
-        return logit(x) if y is None else y
+        return logit(_interior(x, ones=True)) if y is None else y
 
     def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
         return -jax.nn.softplus(-x) - jax.nn.softplus(x)

@@ -47,8 +47,16 @@ def _as_float_tensor(x, dtype=None):
     return x
 
 
+def _in_transform():
+    """Whether this runs inside a torch.func transform, where a Python number cannot be read from a
+    batched tensor (``vmap``): the checks then decide by torch's vmap-friendly ``_is_all_true``."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
 def _explain(cls_name, name, x, constraint, low_open=None):
     """Raises the ValueError that says why ``x`` fails ``constraint`` (validation decided it does)."""
+    if _in_transform():
+        fail(cls_name, f"{name} must satisfy {constraint} (inside a torch.func transform: the values are not shown)")
     if torch.isnan(x).any():
         fail(cls_name, f"{name} contains NaN")
     if torch.isinf(x).any():
@@ -64,7 +72,7 @@ def _check_not_bool(cls_name, name, x):
 
 
 def _check_temperature(cls_name, temperature):
-    if not bool(positive_finite.check(temperature).all()):
+    if not torch._is_all_true(positive_finite.check(temperature)):
         _explain(cls_name, "temperature", temperature, positive_finite, low_open=0.0)
 
 
@@ -72,6 +80,9 @@ def _check_logits(cls_name, logits, temperature, categorical):
     """Logits that satisfy ``resolvable_real(_vector)`` (one reduction: its largest |logit| against its
     bound), and |logits| / temperature within ``logits_bounds``' second bound."""
     constraint = resolvable_real_vector if categorical else resolvable_real
+    if _in_transform():
+        _check_logits_in_transform(cls_name, logits, temperature, categorical, constraint)
+        return
     largest = constraint.largest(logits)  # NaN if any is NaN
     if isinstance(temperature, float):
         coldest = temperature
@@ -87,10 +98,29 @@ def _check_logits(cls_name, logits, temperature, categorical):
     fail(cls_name, bound_message(largest, coldest, magnitude, ratio, dtype))
 
 
+def _check_logits_in_transform(cls_name, logits, temperature, categorical, constraint):
+    """:func:`_check_logits` by tensor comparisons (batched parameters under ``vmap``)."""
+    info = torch.finfo(logits.dtype)
+    _, ratio = logits_bounds(info.eps, info.max)
+    size = logits.detach().abs()
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.detach().unsqueeze(-1) if categorical and temperature.dim() else temperature.detach()
+    if torch._is_all_true((size <= constraint.bound(logits.dtype)) & (size <= ratio * temperature)):  # False for NaN
+        return
+    dtype = str(logits.dtype).replace("torch.", "")
+    fail(
+        cls_name,
+        f"logits must be finite, with |logits| <= {constraint.bound(logits.dtype):g} and |logits| / temperature <= "
+        f"{ratio:.3g} in {dtype} (inside a torch.func transform: the values are not shown)",
+    )
+
+
 def _check_probs(cls_name, probs, categorical):
     constraint = positive_simplex if categorical else open_unit_interval
-    if bool(constraint.check(probs).all()):
+    if torch._is_all_true(constraint.check(probs)):
         return
+    if _in_transform():
+        fail(cls_name, f"probs must satisfy {constraint} (inside a torch.func transform: the values are not shown)")
     if torch.isnan(probs).any():
         fail(cls_name, "probs contains NaN")
     if (probs < 0).any() or (probs > 1).any():

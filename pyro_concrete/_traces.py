@@ -23,6 +23,8 @@ from concrete_common import discrete_proposal, messages, subsampling
 
 from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
+_PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
+
 
 def _module_overrides(fn, params):
     """The plain ``nn.Parameter`` attributes of a ``PyroModule`` ``fn`` that ``params`` names (by
@@ -284,20 +286,50 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
         if _marginal_log_prob(joint, value, keep) is None:
             raise discrete_proposal.no_closed_form_marginal(name, fed_hidden, kept, type(joint).__name__, "poutine.block")
         marginals[name] = keep
-    return discretized, hidden, marginals, max_plate_nesting(model_trace)
+    nesting = max_plate_nesting(model_trace)
+    _check_observed_within_plates(model_trace, nesting)
+    return discretized, hidden, marginals, nesting
+
+
+def _check_observed_within_plates(trace, nesting):
+    """Observations with a batch dimension left of the model's plates would put their rows where the
+    particles are read (one particle: the rows taken for particles; m particles: data whose size is m
+    broadcasts with them silently); Pyro's shape check ignores dimensions left of ``max_plate_nesting``."""
+    for site in sample_sites(trace):
+        if not site["is_observed"]:
+            continue
+        fn, value = site["fn"], torch.as_tensor(site["value"])
+        try:
+            batch = torch.broadcast_shapes(fn.batch_shape, value.shape[: value.dim() - fn.event_dim])
+        except RuntimeError:
+            continue  # the density raises its own error
+        if any(size != 1 for size in batch[: len(batch) - nesting]):
+            raise messages.particle_shape(site["name"], batch, -1 - nesting, 1)
 
 
 # ----------------------------------------------------------------------------- importance weights
 
 
 def per_particle(log_prob, site, particle_dim, plate):
-    """A site's log_prob summed to shape (num_particles,) or (num_particles, plate size)."""
+    """A site's log_prob summed to shape (num_particles,) or (num_particles, plate size). A
+    :class:`~concrete_common.messages.ParticleShapeError` where it holds a dimension left of the
+    particle dimension, or one there that is not the particles': a model that does not broadcast over
+    the particle plate, or with a batch dimension outside its plates (Pyro's shape check ignores
+    dimensions left of ``max_plate_nesting``), whose weights would mix particles or data points."""
     log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
+    count = _particle_count(site, particle_dim)
+    if log_prob.dim() > -particle_dim or log_prob.shape[particle_dim] not in (1, count):
+        raise messages.particle_shape(site["name"], log_prob.shape, particle_dim, count)
     keep = {log_prob.dim() + particle_dim}
     if plate is not None:
         keep.add(log_prob.dim() + plate_frame(site, plate).dim)
     dims = [d for d in range(log_prob.dim()) if d not in keep]
     return log_prob.sum(dims) if dims else log_prob
+
+
+def _particle_count(site, particle_dim):
+    """m where ``site`` is in the particle plate (:func:`particle_traces`), else 1."""
+    return next((f.size for f in site["cond_indep_stack"] if f.name == _PARTICLES and f.dim == particle_dim), 1)
 
 
 def score_log_prob(site):
@@ -402,7 +434,7 @@ def particle_traces(model, guide, args, kwargs, *, num_particles, max_plate_nest
 
     def vectorized(fn):
         def run(*a, **k):
-            with pyro.plate("_particles", num_particles, dim=particle_dim):
+            with pyro.plate(_PARTICLES, num_particles, dim=particle_dim):
                 return fn(*a, **k)
 
         return run
@@ -446,8 +478,8 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
     try:
         drawn = weights(num_particles)
     except (RuntimeError, ValueError) as error:
-        if isinstance(error, messages.ModelError):  # not a shape: the model's own problem, at any m
-            raise
+        if isinstance(error, messages.ModelError) and not isinstance(error, messages.ParticleShapeError):
+            raise  # not a shape: the model's own problem, at any m
         # a model written for one draw (``z @ locs`` with a batched global ``locs``) may not broadcast
         # over the particle dimension: then one particle at a time (a failure there is the model's own),
         # all of one subsample (the bound of an element averages its own particles)

@@ -103,7 +103,7 @@ class _ConcreteFamily(TorchDistribution):
         hard = torch.as_tensor(hard, dtype=self.logits.dtype, device=self.logits.device)
         if self._validate_args and not torch.jit.is_tracing():
             limit = self.discrete()
-            if not bool(limit.support.check(hard).all()):
+            if not torch._is_all_true(limit.support.check(hard)):  # torch's own vmap-friendly check
                 raise messages.not_a_limit_value(owner, type(limit).__name__)
         full = self.batch_shape + self.event_shape
         try:
@@ -116,7 +116,7 @@ class _ConcreteFamily(TorchDistribution):
         """``log_prob`` of a value that is not an own sample; under validation, +inf anywhere (a
         boundary point where the density diverges: discrete data) raises. Under ``torch.jit.trace``
         (the ``Jit*`` losses) a check would be baked into the trace: the limit is returned."""
-        if self._validate_args and not torch.jit.is_tracing() and bool((log_prob == float("inf")).any()):
+        if self._validate_args and not torch.jit.is_tracing() and torch._is_any_true(log_prob == float("inf")):  # under vmap too
             raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
         return log_prob
 

@@ -126,8 +126,10 @@ class Predictive(pyro.infer.Predictive):
     is drawn from its exact posterior (enumerated, given the observations and the other latents drawn
     from ``guide`` or taken from ``posterior_samples``) and returned in the site's own sample space
     (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
-    LogitBinConcrete), not as the enumerated index. The guide's Concrete-family sites are hidden
-    (the discrete draws do not start from the guide's relaxed ones). Without ``infer_discrete``,
+    LogitBinConcrete), not as the enumerated index. Only the draws of the model's other latent sites
+    are held: the guide's (or ``posterior_samples``') values of the relaxed sites, and an autoguide's
+    auxiliary sites (``{name}_unconstrained``, a joint ``_{prefix}_latent``), are left out (the
+    discrete draws do not start from the relaxed ones). Without ``infer_discrete``,
     ``pyro.infer.Predictive`` as it is.
 
     (Pyro's own ``Predictive`` around ``infer_discrete`` draws the discrete sites given globals from
@@ -158,8 +160,18 @@ class Predictive(pyro.infer.Predictive):
         if self.guide is not None:
             guide_draws = pyro.infer.Predictive(self.guide, posterior, num_samples=self.num_samples, parallel=self.parallel)
             posterior = {**posterior, **guide_draws(*args, **kwargs)}
-        draws = [self._draw({name: value[i] for name, value in posterior.items()}, args, kwargs) for i in range(self.num_samples)]
+        held = self._held_sites(args, kwargs)
+        draws = [
+            self._draw({name: _unpadded(value[i], held[name]) for name, value in posterior.items() if name in held}, args, kwargs)
+            for i in range(self.num_samples)
+        ]
         return {name: torch.stack([draw[name] for draw in draws]) for name in draws[0]}
+
+    def _held_sites(self, args, kwargs):
+        """{name: shape} of the model's latent sites that are not Concrete-family: those a draw holds."""
+        with torch.no_grad(), poutine.block():
+            trace = poutine.trace(self.model).get_trace(*args, **kwargs)
+        return {site["name"]: site["value"].shape for site in sample_sites(trace) if not site["is_observed"] and not _is_relaxed_sample(site)}
 
     def _draw(self, given, args, kwargs):
         """One draw: the Concrete-family sites from their exact posterior given ``given``, then the
@@ -172,6 +184,15 @@ class Predictive(pyro.infer.Predictive):
         else:
             names = [site["name"] for site in sample_sites(trace) if self.guide is not None or site["name"] not in given]
         return {name: trace.nodes[name]["value"] for name in names}
+
+
+def _unpadded(value, shape):
+    """A draw of ``pyro.infer.Predictive`` without the leading ones it pads a site's value with (to the
+    plates of the whole guide: a global drawn beside an autoguide's local auxiliary site gets one)."""
+    extra = value.dim() - len(shape)
+    if extra > 0 and all(size == 1 for size in value.shape[:extra]):
+        return value.reshape(value.shape[extra:])
+    return value
 
 
 def _assignment(model, args, kwargs, params, given, temperature):
@@ -233,8 +254,10 @@ def discrete_log_likelihood(
         log p(x | given).
     :param int num_particles: m, drawn in parallel (a plate left of the model's plates): model and
         guide must broadcast over that leftmost dimension, as for Pyro's ``vectorize_particles``;
-        where they raise, the particles are drawn one at a time, with a warning (slower). m = 1
-        runs model and guide as written.
+        where they raise, or where a site's log density holds a dimension left of the particles' (a
+        global reshaped for one draw), the particles are drawn one at a time, with a warning
+        (slower). m = 1 runs model and guide as written. Observations with a batch dimension outside
+        every plate raise a ValueError.
     :param str plate: None for one bound of all observations jointly; or the name of a plate that
         holds every latent site (the data plate), for one bound per element of it (each data point
         with its own m particles, as the paper evaluates), returned with that plate's size. Observed

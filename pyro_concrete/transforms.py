@@ -7,6 +7,7 @@ exact log coordinates (see ``_carry``), so the model scores an autoguide's value
 it underflows.
 """
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.distributions import biject_to, constraints, transform_to
@@ -23,6 +24,16 @@ __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
 
 def _log_softmax_padded(u):
     return log_softmax(F.pad(u, (0, 1)))
+
+
+def _interior(x, ones=False):
+    """``x`` with the coordinates that rounded to 0 (and, ``ones``, to 1) moved to the nearest
+    representable interior point, so that the inverse of a plain value on the boundary (no carried
+    coordinates: a float32 sample whose coordinate underflowed, passed on as a tensor) is the finite
+    preimage of that point, as torch's ``StickBreakingTransform`` and ``SigmoidTransform`` clamp
+    theirs -- not -inf, +inf or NaN (``init_to_median`` took the median of such rows: NaN)."""
+    inside = x.masked_fill(x == 0, torch.finfo(x.dtype).tiny)
+    return inside.masked_fill(x == 1, torch.nextafter(x.new_ones(()), x.new_zeros(()))) if ones else inside
 
 
 class _VectorTransform(Transform):
@@ -73,7 +84,7 @@ class SimplexTransform(_VectorTransform):
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOG,))
         if y is None:
-            y = log(x)
+            y = log(_interior(x))
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
@@ -101,7 +112,7 @@ class UnitIntervalTransform(Transform):
 
     def _inverse(self, x):
         y = carry.recall(x, (Kind.LOGIT,))
-        return logit(x) if y is None else y
+        return logit(_interior(x, ones=True)) if y is None else y
 
     def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         return -F.softplus(-x) - F.softplus(x)

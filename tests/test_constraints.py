@@ -80,3 +80,27 @@ def test_simplex_accepts_float32_samples_and_rejects_other_values(backend):
     x = np.full(5, 0.2)
     for value in [x + 1e-3, np.append(x[:-1], -1e-3) + np.array([1e-3 / 4] * 4 + [0]), np.append(x[:-1], np.nan)]:
         assert not backend.numpy(d.support.check(backend.array(value))).any(), value
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_inverse_of_a_plain_value_on_the_boundary_is_the_nearest_interior_preimage(backend, name, dtype):
+    """A plain value (no carried coordinates) that rounded onto the boundary -- a float32 Concrete
+    coordinate that underflowed to 0, a BinConcrete value that rounded to 0 or 1 -- has no preimage;
+    the inverse gives the preimage of the nearest representable interior point, finite, as the
+    hosts' StickBreaking / Sigmoid inverses clamp (it was -inf, +inf or NaN, and NumPyro's
+    ``init_to_median`` took the median of such rows: NaN). Interior values keep their exact inverse."""
+    n_ary = name in N_ARY
+    d = backend.make(name, 0.5, logits=np.zeros(3) if n_ary else np.zeros(4), dtype=dtype)
+    transform = backend.biject_to(d.support)
+    x = np.array([[0.0, 0.25, 0.75], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]]) if n_ary else np.array([0.0, 1.0, 0.25, 0.5])
+    u = backend.numpy(transform.inv(backend.array(x, dtype)))
+    assert np.isfinite(u).all(), u
+    tiny, below_one = np.finfo(dtype).tiny, np.nextafter(np.ones((), dtype), 0)
+    if n_ary:
+        log_x = np.log(np.where(x == 0, tiny, x))
+        np.testing.assert_allclose(u, log_x[:, :-1] - log_x[:, -1:], rtol=1e-6)
+        np.testing.assert_array_equal(backend.numpy(transform(backend.array(u, dtype)))[x == 0] <= 2 * tiny, True)
+    else:
+        interior = np.where(x == 0, tiny, np.where(x == 1, below_one, x)).astype(np.float64)
+        np.testing.assert_allclose(u, np.log(interior) - np.log1p(-interior), rtol=1e-6)

@@ -372,3 +372,47 @@ def test_the_dvae_example_refuses_compile_where_it_has_no_compiled_loss(options,
     with pytest.raises(SystemExit) as stopped:
         dvae_pyro.parse_args(options)
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, shape", CASES + [("HardConcrete", (256,))], ids=[c[0] for c in CASES] + ["HardConcrete"])
+def test_vmap_with_validation_on_checks_and_gives_the_unvalidated_values(name, shape):
+    """Validation under ``torch.func.vmap``: its checks decide by torch's vmap-friendly
+    ``_is_all_true`` / ``_is_any_true`` (where reading a Python number from a batched tensor, ``.item()``
+    or ``bool()``, raised a RuntimeError about data-dependent control flow): batched parameters and
+    batched values give the values of validation off; parameters or values that validation refuses
+    raise its ValueError (inside a transform without the values in the message)."""
+
+    def draw_and_score(validate):
+        def run(logits):
+            d = getattr(pc, name)(T, logits=logits, validate_args=validate)
+            x = d.rsample()
+            return d.log_prob(x), x
+
+        return run
+
+    logits = _logits((3, *shape), 12)
+    results = []
+    for validate in (True, False):
+        torch.manual_seed(2)
+        results.append(torch.func.vmap(draw_and_score(validate), randomness="different")(logits))
+    (checked, x_checked), (unchecked, x_unchecked) = results
+    torch.testing.assert_close(x_checked, x_unchecked, rtol=0, atol=0)
+    torch.testing.assert_close(checked, unchecked, rtol=0, atol=0)
+    assert torch.isfinite(checked).all()
+
+    # plain values (copies: no coordinates), in float64 so that none rounds onto the boundary: the
+    # eager scores, or, for the straight-through classes (not their samples), eager's ValueError
+    plain = getattr(pc, name)(0.5, logits=logits[0].double())
+    values = plain.sample((3,)).clone()
+    try:
+        expected = plain.log_prob(values)
+    except ValueError as error:
+        with pytest.raises(ValueError, match=str(error)[:40]):
+            torch.func.vmap(plain.log_prob)(values)
+    else:
+        torch.testing.assert_close(torch.func.vmap(plain.log_prob)(values), expected, rtol=1e-12, atol=1e-12)
+
+    bad = logits.clone()
+    bad[1].view(-1)[0] = math.nan
+    with pytest.raises(ValueError, match="logits"):
+        torch.func.vmap(draw_and_score(True), randomness="different")(bad)

@@ -266,6 +266,39 @@ def written_discrete(backend):
     return model
 
 
+def _scaled_mixture(backend, z_scale, x_scale, data_size):
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+
+    def model(x):
+        with backend.plate("data", data_size):
+            with backend.scale(z_scale):
+                z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            with backend.scale(x_scale):
+                backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
+
+    return model
+
+
+def test_a_common_scale_weighs_the_marginal_and_leaves_the_posterior_alone(backend):
+    """``scale(s)`` around the latent and the observations weighs the log joint: the marginal is
+    s log p(x) (as Pyro's TraceEnum_ELBO sums it), the MAP and the posterior draws are those of
+    p(z | x). NumPyro's funsor ``log_density`` scaled each factor before the sum out (sum_n log sum_z
+    p(x_n, z)^s) and its ``infer_discrete`` drew from p(z | x)^s normalized: both failed this test.
+    Different scales on z and x are refused, as Pyro refuses them."""
+    s = 3.0
+    expected = s * logsumexp(_brute_force("Concrete"), axis=1).sum()
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(_scaled_mixture(backend, s, s, N), backend.array(DATA))))
+    assert abs(actual - expected) < 1e-5 * abs(expected), (actual, expected)
+    best = backend.lib.map_assignment(_scaled_mixture(backend, s, s, N), backend.array(DATA))
+    np.testing.assert_array_equal(backend.numpy(best["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])
+    draws = backend.sample_assignment(_scaled_mixture(backend, s, s, 4000), backend.array(np.full(4000, 0.5)), seed=5)
+    log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, MEANS[True], 1.0)
+    assert_frequencies(np.bincount(backend.numpy(draws["z"]).argmax(-1), minlength=3), softmax(log_posterior))
+    for z_scale, x_scale in ((s, 1.0), (1.0, s), (2.0, s)):  # 1.0: a scale of one, as none
+        with pytest.raises(ValueError, match="scale"):
+            backend.lib.marginal_log_likelihood(_scaled_mixture(backend, z_scale, x_scale, N), backend.array(DATA))
+
+
 def test_relax_then_discrete_gives_back_the_log_joint(backend):
     model, x = written_discrete(backend), backend.array(DATA)
     original = backend.run(model, x, seed=5)
@@ -400,6 +433,71 @@ def test_discrete_log_likelihood_with_particles_on_a_model_written_for_one_draw(
     assert abs(actual - expected) < 1e-6, (actual, expected)
     fell_back = [w for w in caught if "one at a time" in str(w.message)]
     assert len(fell_back) == (0 if backend.particles_by_vmap else 1)
+
+
+def test_discrete_log_likelihood_with_particles_on_a_model_whose_global_gains_a_dimension(backend):
+    """A global ``shift`` given a trailing dimension where it is batched (``shift[..., None]``, written
+    for one draw): with m particles drawn in a plate left of the data plate the observations' log_prob
+    gains a dimension left of the particles', which Pyro's shape check ignores; summed over, it would
+    give each particle the others' weights too (the bound then falls with m, -3.8e3 nats at m = 1000).
+    Pyro draws the particles one at a time instead, NumPyro maps over them; both give the exact value:
+    the guide is a point mass at ``shift`` and the exact posterior of z given it, so every weight is
+    p(x, shift) and L_m = log p(x | shift) + log p(shift) for any m."""
+    means, logits, shift = MEANS[True], backend.array(LOGITS[True]), 0.7
+    log_joint = np.log(softmax(LOGITS[True]))[None, :] + stats.norm.logpdf(DATA[:, None], means[None, :] + shift, 1.0)
+
+    def model(x):
+        s = backend.site("shift", backend.normal(0.0, 2.0))
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * backend.array(means)).sum(-1) + (s[..., None] if s.ndim else s), 1.0), obs=x)
+
+    def guide(x):
+        backend.site("shift", backend.delta(backend.array(shift)))
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(log_joint)))
+
+    expected = logsumexp(log_joint, axis=1).sum() + stats.norm.logpdf(shift, 0.0, 2.0)
+    for m in (1, 4):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            actual = float(backend.discrete_log_likelihood(model, guide, backend.array(DATA), num_particles=m))
+        assert abs(actual - expected) < 1e-6, (m, actual, expected)
+        fell_back = [w for w in caught if "one at a time" in str(w.message)]
+        assert len(fell_back) == (0 if backend.particles_by_vmap or m == 1 else 1)
+
+
+def test_a_batch_dimension_outside_the_plates_is_summed_or_refused(backend):
+    """Observations of shape (2, N) in a plate of size N only, the left dimension no plate's: Pyro's
+    shape check with an inferred ``max_plate_nesting`` ignores it, and the particle dimension was read
+    there (the rows taken for particles: -6.6 against the exact -19.7 at m = 1, and data whose size
+    matched m broadcast silently). Pyro now refuses it, at every m, naming the site; NumPyro, which maps
+    over particles, sums it as its ELBOs do: the exact L_m (guide: the exact posterior of z)."""
+    means, logits = MEANS[True], backend.array(LOGITS[True])
+    data = np.stack([DATA, DATA[::-1]])
+    log_joint = np.log(softmax(LOGITS[True]))[None, :] + stats.norm.logpdf(data[:, :, None], means, 1.0).sum(0)
+
+    def model(x):
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * backend.array(means)).sum(-1), 1.0), obs=x)
+
+    def guide(x):
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(log_joint)))
+
+    expected = logsumexp(log_joint, axis=1).sum()
+    for m in (1, 2, 3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                actual = float(backend.discrete_log_likelihood(model, guide, backend.array(data), num_particles=m))
+            except ValueError as error:
+                assert not backend.particles_by_vmap, error
+                assert "site 'x' has log_prob of shape (2, 50)" in str(error) and "plate" in str(error), error
+                continue
+        assert backend.particles_by_vmap
+        assert abs(actual - expected) < 1e-6, (m, actual, expected)
 
 
 # ----------------------------------------------------------------------------- sequential models
@@ -553,6 +651,33 @@ def test_predictive_with_infer_discrete_draws_the_exact_posterior_in_the_sites_s
     assert z.shape == (3, 4000, 3) and set(np.unique(z)) <= {0.0, 1.0}
     np.testing.assert_array_equal(z.sum(-1), 1.0)
     assert np.ptp(locs, axis=0).max() > 0.5  # the draws' locs differ, and so do their posteriors
+    for z_i, locs_i in zip(z, locs):
+        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
+        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+
+
+@pytest.mark.parametrize("kind", ["AutoNormal", "AutoDiagonalNormal"])
+def test_predictive_with_infer_discrete_and_an_autoguide(backend, kind):
+    """An autoguide draws the relaxed z as a transformed Normal (NumPyro's AutoNormal) or a Delta fed
+    by an auxiliary site (``z_unconstrained``, a joint ``_AutoDiagonalNormal_latent``): Pyro once
+    passed those on as held values (a ValueError about ``given``, which the user never passed), and
+    NumPyro left z out of the default return sites. z is drawn from its exact posterior given each
+    draw's locs and returned by default, one-hot."""
+    n = 2000
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
+        with backend.plate("data", n):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    guide, data = backend.autoguide(kind, model), backend.array(np.full(n, 0.5))
+    backend.run(guide, data)  # set up (NumPyro's autoguide cannot set itself up inside Predictive's vmap)
+    assert "z" in backend.predictive(model, data, guide=guide, num_samples=2, infer_discrete=True, seed=1)
+    draws = backend.predictive(model, data, guide=guide, num_samples=2, return_sites=["locs", "z"], infer_discrete=True, seed=2)
+    z, locs = backend.numpy(draws["z"]), backend.numpy(draws["locs"])
+    assert z.shape == (2, n, 3) and set(np.unique(z)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(z.sum(-1), 1.0)
     for z_i, locs_i in zip(z, locs):
         log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
         assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")

@@ -70,3 +70,37 @@ def test_vimco_is_unbiased_for_the_bound_and_its_gradient(backend):
 def test_vimco_needs_two_particles(backend):
     with pytest.raises(ValueError, match="num_particles must be an integer >= 2"):
         backend.lib.VIMCO(1)
+
+
+def test_vimco_on_a_global_reshaped_for_one_draw_is_the_broadcast_models_or_refused(backend):
+    """A global ``shift`` given a trailing dimension where it is batched (``shift[..., None]``, written
+    for one draw). Pyro draws the particles in a plate left of the data plate, where the reshape puts
+    a dimension left of the particles' in the observations' log_prob: summed, it gave each particle the
+    others' weights (a wrong finite loss); now a ValueError naming the site. NumPyro maps over the
+    particles: the loss and gradients of the model written to broadcast, seed for seed."""
+
+    def problem(reshaped):
+        def model(x):
+            s = backend.site("shift", backend.normal(0.0, 1.0))
+            with backend.plate("data", 2):
+                z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
+                backend.site("x", backend.normal(2.0 * z + (s[..., None] if reshaped and s.ndim else s), 1.0), obs=x)
+
+        def guide(x):
+            backend.site("shift", backend.normal(backend.param("mu", 0.3), 1.0))
+            with backend.plate("data", 2):
+                backend.site("z", backend.lib.limits.Bernoulli(logits=backend.param("phi", PHI)))
+
+        return model, guide
+
+    broadcast = backend.loss_samples(*problem(False), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+    try:
+        values, grads = backend.loss_samples(*problem(True), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+    except ValueError as error:
+        assert not backend.particles_by_vmap, error
+        assert str(error).startswith("VIMCO: site 'x' has log_prob of shape (3, 3, 2)"), error
+        return
+    assert backend.particles_by_vmap
+    np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
+    for name in ("mu", "phi"):
+        np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
