@@ -318,8 +318,10 @@ def per_particle(log_prob, site, particle_dim, plate):
     dimensions left of ``max_plate_nesting``), whose weights would mix particles or data points."""
     log_prob = log_prob.reshape((1,) * max(-particle_dim - log_prob.dim(), 0) + log_prob.shape)
     count = _particle_count(site, particle_dim)
-    if log_prob.dim() > -particle_dim or log_prob.shape[particle_dim] not in (1, count):
-        raise messages.particle_shape(site["name"], log_prob.shape, particle_dim, count)
+    with ignore_jit_warnings():  # shapes: fixed per compilation of the Jit losses
+        fits = log_prob.dim() <= -particle_dim and int(log_prob.shape[particle_dim]) in (1, int(count))
+    if not fits:
+        raise messages.particle_shape(site["name"], tuple(log_prob.shape), particle_dim, count)
     keep = {log_prob.dim() + particle_dim}
     if plate is not None:
         keep.add(log_prob.dim() + plate_frame(site, plate).dim)
