@@ -120,6 +120,15 @@ def outside_plate(site, plate):
     )
 
 
+def scanned_site(site, cls_name, why="whose body keeps its own handlers, so it cannot be swapped for its discrete limit"):
+    """A Concrete-family (or decoded) site drawn inside NumPyro's ``scan``."""
+    return ModelError(
+        f"site {site!r} ({cls_name}) is drawn inside numpyro.contrib.control_flow.scan, {why}; write the loop "
+        "over time with numpyro.contrib.funsor.markov (a Python loop), which the helpers evaluate exactly "
+        "(map_assignment: the Viterbi path)"
+    )
+
+
 class ParticleShapeError(ModelError):
     """A site's log_prob that does not hold one value per particle: the model or guide does not
     broadcast over the particle dimension, or has a batch dimension left of its plates. Drawing the

@@ -13,7 +13,10 @@ value); where both are present, NumPyro's ``intermediates`` are read:
   ``d.log_prob(x, intermediates)``), the host's own route: NumPyro passes a site's intermediates to
   the ``log_prob`` of the site that drew it, eagerly and traced alike. It is authoritative for that
   site, but it reaches only that site: ``replay`` copies ``msg["value"]`` into the model, not the
-  intermediates.
+  intermediates. So a traced value scored with its intermediates is entered in the registry too:
+  inside ``numpyro.contrib.control_flow.scan`` the sites' values are stacked outside the body,
+  where no sampler's tracer is, and the guide's site, scored first, carries the coordinates to the
+  model's prior that scores the same stacked value.
 - **This registry**, for every other scorer (the model's prior scoring the guide's value, a second
   distribution, a transform): inside the traced computation that runs the guide and the model
   (``jit``, ``grad``, ``vmap``: every SVI step, ``svi.run``, ``Predictive``) the value the model

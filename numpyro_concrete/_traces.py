@@ -130,13 +130,10 @@ def check_scan(model, args, kwargs, *, decodes=False):
     for site in scanned:
         base = unwrap(site["fn"])[0]
         relaxed = isinstance(base, CONCRETE_FAMILY)
-        if relaxed or decodes:
-            why = "whose body keeps its own handlers, so it cannot be swapped for its discrete limit" if relaxed else "where NumPyro cannot decode it"
-            raise messages.ModelError(
-                f"site {site['name']!r} ({type(base).__name__}) is drawn inside "
-                f"numpyro.contrib.control_flow.scan, {why}; write the loop over time with numpyro.contrib.funsor.markov "
-                "(a Python loop), which the helpers evaluate exactly (map_assignment: the Viterbi path)"
-            )
+        if relaxed:
+            raise messages.scanned_site(site["name"], type(base).__name__)
+        if decodes:
+            raise messages.scanned_site(site["name"], type(base).__name__, "where NumPyro cannot decode it")
     return bool(scanned)
 
 

@@ -96,7 +96,13 @@ class _ConcreteFamily(ValidatedValues, Distribution):
     def _carried(value, kinds, intermediates=None):
         """The sampler's log-space coordinates of ``value``: its ``intermediates`` where NumPyro
         passes them, else the carry's (see ``_carry``); None for a value that is not an own sample."""
-        return intermediates[0] if intermediates else carry.recall(value, kinds)
+        if intermediates:
+            # the site's own value, scored with its intermediates (the guide's site, first in
+            # Trace_ELBO): carried from here too, for the model's prior that scores the same value.
+            # Inside ``scan`` this is the one route: the stacked value is not the body's sample
+            carry.attach(value, intermediates[0], kinds[0])
+            return intermediates[0]
+        return carry.recall(value, kinds)
 
     def _validated(self, value, log_prob):
         """``log_prob`` of a value that is not an own sample, under validation -inf off the support

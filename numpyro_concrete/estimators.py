@@ -115,7 +115,11 @@ def _relaxed_base(msg):
             f"site {msg['name']!r} holds HardConcrete, whose gates have no relaxed limit of their own: train "
             "gates with L0Objective"
         )
-    return (base, wrappers) if isinstance(base, _RELAXED) else None
+    if not isinstance(base, _RELAXED):
+        return None
+    if msg.get("_control_flow_done"):  # scan's stacked site: the body ran with its own handlers
+        raise messages.scanned_site(msg["name"], type(base).__name__)
+    return base, wrappers
 
 
 class _Site:

@@ -20,11 +20,15 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.primitives import _PYRO_STACK, Messenger
 
+from concrete_common import messages
 from concrete_common.kinds import Mode, check_mode
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
 from .limits import OneHotCategorical
+
+# the model's own one-hot categorical sites (NumPyro has none of its own), enumerated as an index
+ONE_HOT = (OneHotCategorical,)
 
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
@@ -93,6 +97,8 @@ def _index_distribution(base):
     site is enumerated as an index, which the post-sample hook turns into the value the model uses.
     """
     dtype = base.logits.dtype
+    if isinstance(base, ONE_HOT):  # a one-hot site of the model's own: NumPyro enumerates it as an index
+        return dist.CategoricalLogits(base.logits), lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -140,8 +146,12 @@ class DiscreteMessenger(Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        if not isinstance(base, CONCRETE_FAMILY):
+        if self.mode is Mode.ENUMERATE and isinstance(base, ONE_HOT) and not msg["is_observed"]:
+            pass  # enumerated as an index too: NumPyro's enumeration of one-hot values fails on its shapes
+        elif not isinstance(base, CONCRETE_FAMILY):
             return
+        if msg.get("_control_flow_done"):  # scan's stacked site: the body ran with its relaxed draws
+            raise ValueError(f"discrete(mode={self.mode.value!r}): {messages.scanned_site(msg['name'], type(base).__name__)}")
         if self.mode is Mode.ENUMERATE:
             self._check_handler_order(msg["name"])
             if any(method == "to_event" and n > 0 for method, n in wrappers):
@@ -183,7 +193,9 @@ def discrete(
       sums it out exactly and ``infer_discrete`` works (``temperature=0`` for MAP); the trace holds
       an integer index while the model receives the one-hot (or log one-hot, 0/1, ±inf) value. The
       site's values are summed out with their prior masses: a mask on it applies to the rest of the
-      model only, so a data point masked out entirely contributes 0;
+      model only, so a data point masked out entirely contributes 0. The model's own latent
+      one-hot categorical sites (``limits.OneHotCategorical``) are enumerated the same way, as an index
+      (the host cannot decode enumerated one-hot values);
     - ``mode="argmax"``: the value is the mode (one-hot argmax of the logits; ``logits > 0``),
       scored with the discrete mass.
 
@@ -233,6 +245,9 @@ class RelaxMessenger(Messenger):
             relaxed = BinConcrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         else:
             return
+        if msg.get("_control_flow_done"):  # scan's stacked site: the body drew discrete values
+            why = "whose body keeps its own handlers, so it cannot be relaxed"
+            raise ValueError(f"relax: {messages.scanned_site(msg['name'], type(base).__name__, why)}")
         msg["fn"] = rewrap(relaxed, wrappers)
 
 

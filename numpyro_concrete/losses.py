@@ -228,7 +228,9 @@ class L0Objective(ELBO):
     """Louizos, Welling & Kingma's (2018) objective for Hard Concrete gates:
     ``-E_q log p(observations | gates) + l0 * sum_j P_q(gate_j != 0)``, one sample of the guide. The
     log-likelihood of the model's observed sites is scaled by their plates (subsampling); the
-    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites.
+    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites,
+    of every gate a site draws (a plate broadcasting one distribution draws one gate per element),
+    scaled as the likelihood is (gates in a subsampled plate: size / subsample size).
     Not the ELBO: ``log q(z) - log p(z)`` jumps where a clipped gate sample crosses 0, so its
     pathwise gradient is biased; the expected L0 norm replaces the KL term (eq. 3 and 12 there).
 
@@ -255,8 +257,9 @@ class L0Objective(ELBO):
             for site in sample_sites(model_trace)
             if site["is_observed"]
         )
-        expected_l0 = sum(
-            jnp.sum(unwrap(site["fn"])[0].prob_nonzero)
+        expected_l0 = sum(  # every gate the site draws (a plate broadcasts one distribution), scaled as the likelihood
+            jnp.sum(jnp.broadcast_to(unwrap(site["fn"])[0].prob_nonzero, site["fn"].batch_shape + site["fn"].event_shape))
+            * (1.0 if site["scale"] is None else site["scale"])
             for site in sample_sites(guide_trace)
             if isinstance(unwrap(site["fn"])[0], HardConcrete)
         )

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from pyro import poutine
 from pyro.distributions import TorchDistribution
+from pyro.params import param_with_module_name
 from pyro.poutine.messenger import Messenger
 from pyro.util import get_rng_state, set_rng_state
 from torch import Tensor, nn
@@ -473,7 +474,8 @@ class RELAX(_ControlVariateLoss):
     :param str plate: the data plate, or None.
     :param control_variate: the network r, an ``nn.Module`` from (..., D) features to (..., 1); by
         default one hidden layer of ``hidden`` tanh units with a zero output layer (RELAX starts as
-        REBAR). Registered as ``RELAX.network``.
+        REBAR). Registered as ``RELAX.network``, one per param store: a loaded store's network (resuming)
+        is the one trained, and one of other shapes raises a ValueError.
     :param int hidden: the default network's width.
     """
 
@@ -487,7 +489,19 @@ class RELAX(_ControlVariateLoss):
             nn.init.zeros_(layers[-1].weight)
             nn.init.zeros_(layers[-1].bias)
             self.control_variate = nn.Sequential(*layers).to(device=features.device, dtype=features.dtype)
-        return pyro.module(f"{type(self).__name__}.network", self.control_variate)
+        name = f"{type(self).__name__}.network"
+        store = pyro.get_param_store()
+        for key, value in self.control_variate.named_parameters():
+            key = param_with_module_name(name, key)
+            if key in store and store[key].shape != value.shape:
+                raise messages.ModelError(
+                    f"the param store holds {key!r} of shape {tuple(store[key].shape)}, where this network's is "
+                    f"{tuple(value.shape)}: the network of another {type(self).__name__} (the names {type(self).__name__}.* "
+                    "are the store's, one per store) or of a store saved for another model; clear the param store "
+                    "(pyro.clear_param_store()) between models"
+                )
+        # update_module_params: a network in the param store (a loaded one: resuming) is the one trained
+        return pyro.module(name, self.control_variate, update_module_params=True)
 
     def _control_variate(self, f_relaxed, values, sites):
         eta, _ = self._tunables(f_relaxed)

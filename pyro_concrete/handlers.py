@@ -29,6 +29,9 @@ from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
 from .limits import Bernoulli
 
+# the model's own one-hot categorical sites (the host's and ours), enumerated as an index
+ONE_HOT = (torch.distributions.OneHotCategorical,)
+
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
 CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
@@ -84,6 +87,10 @@ def _index_distribution(base):
     Enumerating one-hot values breaks ``infer_discrete`` (and NumPyro's funsor enumeration): the
     site is enumerated as an index, which the post-sample hook turns into the value the model uses.
     """
+    if isinstance(base, ONE_HOT):  # a one-hot site of the model's own
+        return dist.Categorical(logits=base.logits, validate_args=base._validate_args), (
+            lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
+        )
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -131,7 +138,9 @@ class DiscreteMessenger(Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        if not isinstance(base, CONCRETE_FAMILY):
+        if self.mode is Mode.ENUMERATE and isinstance(base, ONE_HOT) and not msg["is_observed"]:
+            pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
+        elif not isinstance(base, CONCRETE_FAMILY):
             return
         if self.mode is Mode.ENUMERATE:
             self._check_handler_order(msg["name"])
@@ -176,7 +185,9 @@ def discrete(
       sums it out exactly and ``infer_discrete`` works (``temperature=0`` for MAP); the trace holds
       an integer index while the model receives the one-hot (or log one-hot, 0/1, ±inf) value. The
       site's values are summed out with their prior masses: a mask on it applies to the rest of the
-      model only, so a data point masked out entirely contributes 0;
+      model only, so a data point masked out entirely contributes 0. The model's own latent
+      one-hot categorical sites (the host's or ``limits.OneHotCategorical``) are enumerated the
+      same way, as an index (the host cannot decode enumerated one-hot values);
     - ``mode="argmax"``: the value is the mode (one-hot argmax of the logits; ``logits > 0``),
       scored with the discrete mass.
 

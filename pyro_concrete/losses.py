@@ -235,7 +235,9 @@ class L0Objective(_DifferentiableLoss):
     """Louizos, Welling & Kingma's (2018) objective for Hard Concrete gates:
     ``-E_q log p(observations | gates) + l0 * sum_j P_q(gate_j != 0)``, one sample of the guide. The
     log-likelihood of the model's observed sites is scaled by their plates (subsampling); the
-    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites.
+    expected L0 norm is the closed-form ``prob_nonzero`` of the guide's :class:`HardConcrete` sites,
+    of every gate a site draws (a plate broadcasting one distribution draws one gate per element),
+    scaled as the likelihood is (gates in a subsampled plate: size / subsample size).
     Not the ELBO: ``log q(z) - log p(z)`` jumps where a clipped gate sample crosses 0, so its
     pathwise gradient is biased; the expected L0 norm replaces the KL term (eq. 3 and 12 there).
 
@@ -253,8 +255,8 @@ class L0Objective(_DifferentiableLoss):
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the plates
         log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
-        expected_l0 = sum(
-            unwrap(site["fn"])[0].prob_nonzero.sum()
+        expected_l0 = sum(  # every gate the site draws (a plate broadcasts one distribution), scaled as the likelihood
+            (site["scale"] * unwrap(site["fn"])[0].prob_nonzero.expand(site["fn"].batch_shape + site["fn"].event_shape)).sum()
             for site in sample_sites(guide_trace)
             if isinstance(unwrap(site["fn"])[0], HardConcrete)
         )

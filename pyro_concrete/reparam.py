@@ -12,6 +12,7 @@ unchanged (KL terms are invariant under the invertible exp / sigmoid). Apply it 
 
 from typing import Optional
 
+import torch
 from pyro import distributions as dist
 from pyro import sample
 from pyro.infer.reparam.reparam import Reparam, ReparamMessage, ReparamResult
@@ -48,8 +49,11 @@ class LogSpaceReparam(Reparam):
         y = sample(f"{name}_{suffix}", self._wrap(fn.log_space(), event_dim), obs=y, infer={"is_observed": bool(is_observed)})
         if value is None:
             value = show(y, kind)
-        # a pyro.deterministic() site
-        return {"fn": dist.Delta(value, event_dim=event_dim).mask(False), "value": value, "is_observed": True}
+        # a pyro.deterministic() site, with the site's batch shape (the plates broadcast the original
+        # distribution, not this one): an enumerated value holds only the enumeration's dimensions
+        delta = dist.Delta(value, event_dim=event_dim)
+        delta = delta.expand(torch.broadcast_shapes(delta.batch_shape, msg["fn"].batch_shape))
+        return {"fn": delta.mask(False), "value": value, "is_observed": True}
 
 
 def log_space_config(msg: dict) -> Optional[LogSpaceReparam]:

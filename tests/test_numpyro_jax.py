@@ -430,3 +430,90 @@ def test_the_test_time_helpers_need_no_dependency_tracking(monkeypatch):
     assert abs(float(nc.marginal_log_likelihood(hmm_model, jnp.asarray(HMM_DATA))) - logsumexp(log_joint)) < 1e-6
     assignment = nc.map_assignment(hmm_model, jnp.asarray(HMM_DATA))
     assert [int(np.asarray(assignment[f"x_{t}"]).argmax()) for t in range(len(HMM_DATA))] == paths[log_joint.argmax()].tolist()
+
+
+@pytest.mark.parametrize("guide_name, temperature, dtype", [("ConcreteStraightThrough", 0.7, np.float64), ("Concrete", 0.05, np.float32)])
+def test_trace_elbo_of_a_relaxed_hmm_written_with_scan_is_the_log_joint_of_the_guide_draw(guide_name, temperature, dtype):
+    """A relaxed HMM written with ``numpyro.contrib.control_flow.scan``: the model's prior scores the
+    guide's stacked value outside the scan body, where no sampler's tracer is; the guide's site scores
+    it first with its intermediates, which carry its coordinates to the prior. Trace_ELBO under jit is
+    then the hand-computed log joint of the guide's draw: finite for a straight-through guide and for
+    float32 samples that underflowed (it was -inf, silently, with finite parameter updates)."""
+    from numpyro.contrib.control_flow import scan
+
+    from tests import reference
+
+    k, steps = 6, 5
+    trans = np.log(np.full((k, k), 0.5 / (k - 1)) + 0.5 * np.eye(k)).astype(dtype)
+    locs, ys = np.linspace(-2, 2, k).astype(dtype), np.linspace(-2, 2, steps).astype(dtype)
+    phi = (3 * np.random.default_rng(4).standard_normal((steps, k))).astype(dtype)
+
+    def model(ys):
+        def body(previous, y):
+            z = numpyro.sample("z", nc.Concrete(0.5, logits=previous @ trans))
+            numpyro.sample("y", numpyro.distributions.Normal(z @ locs, 1.0), obs=y)
+            return z, None
+
+        scan(body, jnp.eye(k, dtype=dtype)[0], ys)
+
+    def guide(ys):
+        scan(lambda carry, p: (carry, numpyro.sample("z", getattr(nc, guide_name)(temperature, logits=p))), 0.0, phi)
+
+    key = jax.random.PRNGKey(3)
+    loss = jax.jit(lambda key: numpyro.infer.Trace_ELBO().loss(key, {}, model, guide, ys))(key)
+    guide_key = jax.random.split(key)[1]  # Trace_ELBO: (model seed, guide seed) = split(key)
+
+    def draw(key):
+        site = numpyro.handlers.trace(numpyro.handlers.seed(guide, key)).get_trace(ys)["z"]
+        return site["value"], site["intermediates"][0]  # the relaxed log coordinates, (steps, k)
+
+    z, y = (np.asarray(a, np.float64) for a in jax.jit(draw)(guide_key))
+    assert guide_name == "Concrete" or set(np.unique(z)) == {0.0, 1.0}
+    assert guide_name != "Concrete" or (z == 0).any()  # float32 coordinates that underflowed
+    previous = np.vstack([np.eye(k)[:1], z[:-1]])
+    log_p = reference.concrete_log_density(y, previous @ trans.astype(np.float64), 0.5).sum()
+    log_p += (-0.5 * (ys - z @ locs) ** 2 - 0.5 * np.log(2 * np.pi)).sum()
+    log_q = reference.concrete_log_density(y, phi.astype(np.float64), temperature).sum()
+    assert np.isfinite(float(loss))
+    np.testing.assert_allclose(float(loss), -(log_p - log_q), rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+def test_what_cannot_reach_inside_scan_raises():
+    """``scan`` runs its body with its own handlers and hands the outer ones the stacked sites
+    afterwards: ``discrete`` relabelled them after the body had drawn relaxed values (no error, the
+    log joint of relaxed values), ``relax`` after it had drawn discrete ones, and the estimators'
+    stand-in distribution met scan's intermediates (a bare TypeError). Each raises a ValueError
+    naming the site and ``scan``."""
+    from numpyro.contrib.control_flow import scan
+
+    def relaxed(ys):
+        def body(carry, y):
+            b = numpyro.sample("b", nc.BinConcrete(0.5, logits=carry))
+            numpyro.sample("y", numpyro.distributions.Normal(b, 1.0), obs=y)
+            return carry, None
+
+        scan(body, jnp.array(0.3), ys)
+
+    def discrete_draws(ys):
+        def body(carry, y):
+            b = numpyro.sample("b", numpyro.distributions.Bernoulli(logits=carry))
+            numpyro.sample("y", numpyro.distributions.Normal(b, 1.0), obs=y)
+            return carry, None
+
+        scan(body, jnp.array(0.3), ys)
+
+    def guide(ys):
+        phi = numpyro.param("phi", jnp.zeros(3))
+        scan(lambda carry, p: (carry, numpyro.sample("b", nc.BinConcrete(0.5, logits=p))), 0.0, phi)
+
+    ys = jnp.array([0.2, 1.1, -0.4])
+    match = r"site 'b' \(\w+\) is drawn inside numpyro.contrib.control_flow.scan"
+    for mode in ("sample", "argmax", "enumerate"):
+        with pytest.raises(ValueError, match=rf"discrete\(mode='{mode}'\): " + match):
+            numpyro.handlers.trace(numpyro.handlers.seed(nc.discrete(relaxed, mode=mode), 0)).get_trace(ys)
+    with pytest.raises(ValueError, match=r"relax: " + match):
+        numpyro.handlers.trace(numpyro.handlers.seed(nc.relax(discrete_draws, temperature=0.5), 0)).get_trace(ys)
+    for name in ("REBAR", "DisARM", "GumbelRao"):
+        loss = getattr(nc, name)()
+        with pytest.raises(ValueError, match=rf"{name}: " + match):
+            loss.loss(KEY, {"phi": jnp.zeros(3)}, relaxed, loss.guide(guide) if hasattr(loss, "guide") else guide, ys)

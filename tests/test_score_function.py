@@ -103,3 +103,34 @@ def test_l0_objective_is_the_scaled_likelihood_plus_the_expected_l0_norm(backend
     np.testing.assert_allclose(values, expected, rtol=1e-10)
     slope = expit(LOG_ALPHA - shift) * expit(-(LOG_ALPHA - shift))
     np.testing.assert_allclose(grads["log_alpha"], np.broadcast_to(l0 * slope, (3, 3)), rtol=1e-8)
+
+
+def test_l0_objective_counts_every_gate_a_site_draws_scaled_as_the_likelihood(backend):
+    """Gates in a subsampled plate (one per data point, 2 of 8 per step): the expected L0 norm is
+    scaled to the plate's size as the likelihood is, so the loss is unbiased for the full-data
+    objective (it was -log p scaled plus the subsample's gates unscaled: the penalty a quarter of its
+    value); and a plate that broadcasts one gate distribution draws one gate per element (three
+    here, where one was counted). The observations do not depend on the gates."""
+    temperature, l0, low, high = 2 / 3, 5.0, -0.1, 1.1
+    shift = temperature * np.log(-low / high)
+    log_alpha = np.linspace(-2.0, 2.0, 8)
+    y = backend.array(np.full(2, 0.5))
+
+    def model(y):
+        with backend.plate("data", 8, subsample_size=2):
+            backend.site("gate", backend.lib.HardConcrete(temperature, logits=backend.array(np.zeros(2))))
+            backend.site("y", backend.normal(0.0, 1.0), obs=y)
+        with backend.plate("units", 3):
+            backend.site("shared", backend.lib.HardConcrete(temperature, logits=backend.array(0.0)))
+
+    def guide(y):
+        a, b = backend.param("log_alpha", log_alpha), backend.param("b", 0.3)
+        with backend.plate("data", 8, subsample_size=2) as index:
+            backend.site("gate", backend.lib.HardConcrete(temperature, logits=a[index]))
+        with backend.plate("units", 3):
+            backend.site("shared", backend.lib.HardConcrete(temperature, logits=b))
+
+    values, _ = backend.loss_samples(model, guide, y, loss=backend.lib.L0Objective(l0), seeds=range(1, 401))
+    expected = -8 * stats.norm.logpdf(0.5, 0.0, 1.0) + l0 * (expit(log_alpha - shift).sum() + 3 * expit(0.3 - shift))
+    z = abs(values.mean() - expected) / (values.std(ddof=1) / np.sqrt(len(values)))
+    assert z < 4.5, (values.mean(), expected, z)  # |z| > 4.5: probability 7e-6

@@ -380,6 +380,44 @@ def test_log_space_reparam_gives_the_same_elbo(backend, k, temperature, dtype):
     assert {"z_log", "b_logit"} <= set(run.sites)
 
 
+def test_a_model_written_with_the_discrete_one_hot_is_evaluated_as_written(backend):
+    """The discrete counterpart ``limits.OneHotCategorical`` (what ``relax`` relaxes) in the model
+    itself: NumPyro's enumeration of one-hot values failed on their shapes (a ValueError about
+    event shapes, or about broadcasting), so the helpers enumerate it as an index, as a Concrete site;
+    the marginal and the MAP are the brute-force ones, as for the relaxed model."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+
+    def model(x):
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
+
+    data = backend.array(DATA)
+    expected = logsumexp(_brute_force("Concrete"), axis=1).sum()
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(model, data)))
+    assert abs(actual - expected) < 1e-6 * abs(expected), (actual, expected)
+    best = backend.lib.map_assignment(model, data)
+    np.testing.assert_array_equal(backend.numpy(best["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])
+
+
+@pytest.mark.parametrize("name", ["Concrete", "BinConcrete"])
+def test_the_exact_helpers_on_a_log_space_reparametrized_model(backend, name):
+    """``reparam(model, log_space_config)`` leaves a deterministic site (a masked Delta) where the
+    relaxed one was; under enumeration its value holds only the enumeration's dimensions, and Pyro's
+    shape check refused the Delta without the plate's ("Expected [50], actual [1]"). The marginal and
+    the MAP are the plain model's."""
+    model = mixture(backend, name)
+    reparametrized = backend.reparam(model, backend.lib.log_space_config)
+    data = backend.array(DATA)
+    expected = logsumexp(_brute_force(name), axis=1).sum()
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(reparametrized, data)))
+    assert abs(actual - expected) < 1e-6 * abs(expected), (actual, expected)
+    best = backend.lib.map_assignment(reparametrized, data)
+    coordinates = backend.numpy(best["z_log" if name == "Concrete" else "z_logit"])
+    index = coordinates.argmax(-1) if name == "Concrete" else (coordinates > 0).astype(int)
+    np.testing.assert_array_equal(index, _brute_force(name).argmax(1))
+
+
 @pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment", "discrete_log_likelihood"])
 def test_helpers_evaluate_the_whole_data_and_refuse_a_subsampled_plate(backend, helper):
     """The helpers are evaluation: a model whose plate subsamples (as in stochastic training) would be
