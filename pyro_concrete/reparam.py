@@ -52,7 +52,7 @@ class LogSpaceReparam(Reparam):
         # a pyro.deterministic() site, with the site's batch shape (the plates broadcast the original
         # distribution, not this one): an enumerated value holds only the enumeration's dimensions
         delta = dist.Delta(value, event_dim=event_dim)
-        delta = delta.expand(torch.broadcast_shapes(delta.batch_shape, msg["fn"].batch_shape))
+        delta = delta.expand(torch.broadcast_shapes(delta.batch_shape, msg["fn"].batch_shape))  # type: ignore[attr-defined]
         return {"fn": delta.mask(False), "value": value, "is_observed": True}
 
 
