@@ -38,6 +38,13 @@ def _interior(x, ones=False):
     inside = jnp.where(x == 0, jnp.finfo(x.dtype).tiny, x)
     return jnp.where(x == 1, jnp.nextafter(jnp.ones((), x.dtype), 0), inside) if ones else inside
 
+def _interior_log(y):
+    """Log coordinates with those at -inf (a coordinate that is 0: the boundary) at log(tiny), as
+    :func:`_interior` moves a Concrete value's zeros: the inverse of ``log x`` is the inverse of ``x``."""
+    y = jnp.asarray(y)
+    return jnp.where(y == -jnp.inf, jnp.log(jnp.finfo(y.dtype).tiny), y)
+
+
 
 class _VectorTransform(ParameterFreeTransform):
     """Shape bookkeeping for maps R^(K-1) -> K coordinates."""
@@ -64,6 +71,7 @@ class LogSimplexTransform(_VectorTransform):
         return _log_softmax_padded(u)
 
     def _inverse(self, y):
+        y = _interior_log(y)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:

@@ -7,6 +7,8 @@ exact log coordinates (see ``_carry``), so the model scores an autoguide's value
 it underflows.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -34,6 +36,12 @@ def _interior(x, ones=False):
     theirs -- not -inf, +inf or NaN (``init_to_median`` took the median of such rows: NaN)."""
     inside = x.masked_fill(x == 0, torch.finfo(x.dtype).tiny)
     return inside.masked_fill(x == 1, torch.nextafter(x.new_ones(()), x.new_zeros(()))) if ones else inside
+
+def _interior_log(y):
+    """Log coordinates with those at -inf (a coordinate that is 0: the boundary) at log(tiny), as
+    :func:`_interior` moves a Concrete value's zeros: the inverse of ``log x`` is the inverse of ``x``."""
+    return y.masked_fill(y == -float("inf"), math.log(torch.finfo(y.dtype).tiny))
+
 
 
 class _VectorTransform(Transform):
@@ -65,6 +73,7 @@ class LogSimplexTransform(_VectorTransform):
         return _log_softmax_padded(u)
 
     def _inverse(self, y):
+        y = _interior_log(y)
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
