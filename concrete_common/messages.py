@@ -96,6 +96,14 @@ def not_enumerable(site, distribution):
     )
 
 
+def sequential_enumeration(site):
+    return ModelError(
+        f"site {site!r} asks for sequential enumeration (infer={{'enumerate': 'sequential'}}); the exact helpers "
+        "sum and decode discrete sites in parallel, and the host's infer_discrete draws a sequential site from its "
+        "prior (a MAP or posterior draw that ignores the data): mark it 'parallel' or leave it unset"
+    )
+
+
 def check_full_plate(plate, subsample_size, size):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""

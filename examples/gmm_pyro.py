@@ -65,7 +65,7 @@ class GaussianMixture(PyroModule):
 
 def main(argv=None):
     parser = training.common_arguments(training.parser_for(__doc__), steps=2000, batch_size=50, lr=0.05)
-    parser.add_argument("--components", type=training.positive_int, default=3)
+    parser.add_argument("--components", type=training.categories, default=3)
     parser.add_argument("--training", default="relaxed", choices=["relaxed", "enumerate"])
     parser.add_argument("--prior-temperature", type=training.positive_float, default=1 / 2, help="lambda_2")
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")

@@ -26,7 +26,7 @@ from examples import data, numpyro_training, training
 
 def parse_args(argv):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=256, lr=0.02)
-    parser.add_argument("--states", type=training.positive_int, default=8)
+    parser.add_argument("--states", type=training.categories, default=8)
     parser.add_argument("--training", default="relaxed", choices=["relaxed", "enumerate"])
     parser.add_argument("--prior-temperature", type=training.positive_float, default=1 / 2, help="lambda_2")
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")

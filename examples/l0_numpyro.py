@@ -26,7 +26,7 @@ from examples import data, numpyro_training, training
 def parse_args(argv):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=128, lr=1e-2)
     parser.add_argument("--hidden", type=training.positive_int, default=100, help="hidden units, one gate each")
-    parser.add_argument("--l0", type=float, default=20.0, help="lambda: nats of training log-likelihood per open gate")
+    parser.add_argument("--l0", type=training.non_negative_float, default=20.0, help="lambda: nats of training log-likelihood per open gate")
     parser.add_argument("--temperature", type=training.positive_float, default=2 / 3, help="of the Hard Concrete gates")
     parser.add_argument("--gate-inputs", action="store_true", help="also gate the input pixels")
     parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between validation evaluations (default: steps / 10)")

@@ -54,7 +54,7 @@ def no_guide(x):
 
 def main(argv=None):
     parser = training.common_arguments(training.parser_for(__doc__), steps=3000, batch_size=256, lr=0.02)
-    parser.add_argument("--components", type=training.positive_int, default=10)
+    parser.add_argument("--components", type=training.categories, default=10)
     parser.add_argument("--training", default="relaxed", choices=["relaxed", "enumerate"])
     parser.add_argument("--prior-temperature", type=training.positive_float, default=1 / 2, help="lambda_2")
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")

@@ -39,6 +39,27 @@ def positive_int(text):
     return value
 
 
+def categories(text):
+    """An argparse ``type``: a number of categories of a Concrete site (components, states): an
+    integer >= 2 (one category has no Concrete distribution), checked before training starts."""
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (a Concrete site needs 2 or more categories), got {value}")
+    return value
+
+
+def non_negative_float(text):
+    """An argparse ``type``: a finite number >= 0 (a penalty: a negative one would reward what it
+    charges for)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of 0 or more, got {text}")
+    return value
+
+
 def positive_float(text):
     """An argparse ``type``: a finite number > 0 (learning rates, temperatures); nan, inf, 0 and
     negative values are argparse's one-line error."""

@@ -116,6 +116,8 @@ def check_all_latents_discrete(trace):
     for site in sample_sites(trace):
         if not site["is_observed"] and not getattr(site["fn"], "has_enumerate_support", False):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
+        if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
+            raise messages.sequential_enumeration(site["name"])
 
 
 def check_full_data(trace):

@@ -567,6 +567,10 @@ OWN_COUNTS = {"dvae": ["--particles", "--eval-samples", "--latent-units"], "stru
 RATES = {"dvae": ["--lr", "--prior-temperature", "--posterior-temperature"], "structured": ["--lr", "--temperature"],
          "mixture": ["--lr", "--prior-temperature", "--posterior-temperature"], "l0": ["--lr", "--temperature"],
          "gmm": ["--lr", "--prior-temperature", "--posterior-temperature"], "hmm": ["--lr", "--prior-temperature", "--posterior-temperature"]}
+# values a count or a penalty of one example cannot take: one category (the run failed in training,
+# a Concrete site needs two), a negative penalty (it rewarded open gates)
+OWN_BOUNDS = {"mixture": [("--components", "1")], "gmm": [("--components", "1")], "hmm": [("--states", "1")],
+              "l0": [("--l0", "-5"), ("--l0", "nan")]}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -577,6 +581,7 @@ def test_bad_counts_and_rates_are_one_line_argparse_errors(script, no_training, 
     out = tmp_path / "new"
     cases = [(option, value) for option in COUNTS + OWN_COUNTS[example] for value in ["0", "-1", "2.5", "x"]]
     cases += [(option, value) for option in RATES[example] for value in ["0", "-0.1", "nan", "inf", "-inf", "x"]]
+    cases += OWN_BOUNDS.get(example, [])
     for option, value in cases:
         with pytest.raises(SystemExit) as stopped:
             _run(script, ["--no-progress", "--out", str(out), f"{option}={value}"])

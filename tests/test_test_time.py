@@ -380,6 +380,25 @@ def test_log_space_reparam_gives_the_same_elbo(backend, k, temperature, dtype):
     assert {"z_log", "b_logit"} <= set(run.sites)
 
 
+@pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment", "sample_assignment"])
+def test_a_site_marked_for_sequential_enumeration_is_refused(backend, helper):
+    """The helpers sum and decode in parallel; Pyro's ``infer_discrete`` draws a site marked
+    ``infer={"enumerate": "sequential"}`` from its prior, so ``map_assignment`` and
+    ``sample_assignment`` returned draws that ignored the data (the marginal raised Pyro's
+    NotImplementedError). Each helper refuses it, naming the site."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+
+    def model(x):
+        flip = backend.site("flip", backend.lib.limits.Bernoulli(logits=backend.array(0.2)), infer={"enumerate": "sequential"})
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1) + flip, 1.0), obs=x)
+
+    run = backend.sample_assignment if helper == "sample_assignment" else getattr(backend.lib, helper)
+    with pytest.raises(ValueError, match=rf"{helper}: site 'flip' asks for sequential enumeration"):
+        run(model, backend.array(DATA))
+
+
 def test_a_model_written_with_the_discrete_one_hot_is_evaluated_as_written(backend):
     """The discrete counterpart ``limits.OneHotCategorical`` (what ``relax`` relaxes) in the model
     itself: NumPyro's enumeration of one-hot values failed on their shapes (a ValueError about
