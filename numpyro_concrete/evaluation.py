@@ -166,8 +166,9 @@ class Predictive(numpyro.infer.Predictive):
     (one-hot vectors for Concrete, log one-hot for ExpConcrete, 0/1 for BinConcrete, +-inf for
     LogitBinConcrete), not as the enumerated index. Only the draws of the model's other latent sites
     are held: the guide's values of the relaxed sites (its own Concrete-family sites, or an
-    autoguide's transformed Normal or Delta there) are hidden, so that those sites are drawn, and
-    returned, as any other (the discrete draws do not start from the relaxed ones). Without
+    autoguide's transformed Normal or Delta there) are hidden, and ``posterior_samples`` of them (NUTS
+    on the relaxed model) left out, so that those sites are drawn, and returned, as any other (the
+    discrete draws do not start from the relaxed ones). Without
     ``infer_discrete``, ``numpyro.infer.Predictive`` as it is.
     """
 
@@ -186,11 +187,16 @@ class Predictive(numpyro.infer.Predictive):
             model = self._swap = DiscreteMessenger(model, mode="enumerate")
             model = CommonScale(model)  # p(z | x), not p(z | x)^s normalized
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
+        self._all_posterior_samples = self.posterior_samples
 
     def __call__(self, rng_key: Array, *args: Any, **kwargs: Any) -> dict[str, Array]:
-        if self._swap is not None and self._unblocked_guide is not None:
+        if self._swap is not None:
             relaxed = self._relaxed_sites(rng_key, args, kwargs)
-            self.guide = handlers.block(self._unblocked_guide, hide_fn=lambda msg: _is_relaxed_sample(msg) or msg.get("name") in relaxed)
+            # the relaxed sites are drawn, not held: posterior samples of them (NUTS on the relaxed
+            # model) are left out, and the guide's draws of them hidden
+            self.posterior_samples = {name: value for name, value in self._all_posterior_samples.items() if name not in relaxed}
+            if self._unblocked_guide is not None:
+                self.guide = handlers.block(self._unblocked_guide, hide_fn=lambda msg: _is_relaxed_sample(msg) or msg.get("name") in relaxed)
         samples = super().__call__(rng_key, *args, **kwargs)
         if self._swap is None:
             return samples

@@ -740,6 +740,29 @@ def test_predictive_with_infer_discrete_and_an_autoguide(backend, kind):
         assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
 
 
+def test_predictive_with_infer_discrete_and_posterior_samples_of_the_relaxed_sites(backend):
+    """Posterior samples of the relaxed model (NUTS's, which hold the relaxed z) are held for the
+    other latents only: z is drawn from its exact posterior given each draw's locs, one-hot, not the
+    relaxed values passed in (NumPyro conditioned the enumerated index site on them: a broadcasting
+    error)."""
+    n = 2000
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
+        with backend.plate("data", n):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    locs = MEANS[True] + np.array([[0.0, 0.0, 0.0], [1.0, -1.0, 0.5]])
+    posterior = {"locs": locs, "z": np.full((2, n, 3), 1 / 3)}
+    draws = backend.predictive(model, backend.array(np.full(n, 0.5)), posterior_samples=posterior, return_sites=["z"], infer_discrete=True, seed=3)
+    z = backend.numpy(draws["z"])
+    assert z.shape == (2, n, 3) and set(np.unique(z)) <= {0.0, 1.0}
+    for z_i, locs_i in zip(z, locs):
+        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
+        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+
+
 def test_a_point_mass_guide_on_a_concrete_latent_has_no_optimum(backend):
     """Issue 13 item 9, documented in the README (API, autoguides), checked here: a MAP guide
     (Delta, as AutoDelta draws) on a Concrete site maximizes log p(x, z), which is unbounded at the

@@ -266,8 +266,14 @@ class Backend:
     def sample_assignment(self, model, *args, given=None, seed=0):
         return self.lib.sample_assignment(model, *args, given=given, rng_key=jax.random.PRNGKey(seed))
 
-    def predictive(self, model, *args, guide=None, num_samples=1, return_sites=None, infer_discrete=False, seed=0):
-        predictive = self.lib.Predictive(model, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete)
+    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0):
+        if posterior_samples is not None:
+            posterior_samples = {name: self.array(value) for name, value in posterior_samples.items()}
+        elif num_samples is None:
+            num_samples = 1
+        predictive = self.lib.Predictive(
+            model, posterior_samples, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete
+        )
         return predictive(jax.random.PRNGKey(seed), *args)
 
     # ---- host generic suite

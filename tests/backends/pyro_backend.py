@@ -254,9 +254,15 @@ class Backend:
         pyro.set_rng_seed(seed)
         return self.lib.sample_assignment(model, *args, given=given)
 
-    def predictive(self, model, *args, guide=None, num_samples=1, return_sites=None, infer_discrete=False, seed=0):
+    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0):
         pyro.set_rng_seed(seed)
-        return self.lib.Predictive(model, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete)(*args)
+        if posterior_samples is not None:
+            posterior_samples = {name: self.array(value) for name, value in posterior_samples.items()}
+        elif num_samples is None:
+            num_samples = 1
+        return self.lib.Predictive(
+            model, posterior_samples, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete
+        )(*args)
 
     # ---- host generic suite
 
