@@ -39,6 +39,17 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """An argparse ``type``: an integer >= 0 (a seed: JAX's keys take no negative one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer of 0 or more, got {value}")
+    return value
+
+
 def categories(text):
     """An argparse ``type``: a number of categories of a Concrete site (components, states): an
     integer >= 2 (one category has no Concrete distribution), checked before training starts."""
@@ -75,7 +86,7 @@ def positive_float(text):
 def common_arguments(parser, *, steps, batch_size, lr):
     """The options every example takes. Counts and rates are checked by their ``type``
     (``positive_int``, ``positive_float``); the examples' own such options use the same two."""
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--steps", type=positive_int, default=steps, help="optimization steps")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size)
     parser.add_argument("--lr", type=positive_float, default=lr, help="Adam learning rate")

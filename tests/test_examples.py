@@ -581,7 +581,7 @@ def test_bad_counts_and_rates_are_one_line_argparse_errors(script, no_training, 
     out = tmp_path / "new"
     cases = [(option, value) for option in COUNTS + OWN_COUNTS[example] for value in ["0", "-1", "2.5", "x"]]
     cases += [(option, value) for option in RATES[example] for value in ["0", "-0.1", "nan", "inf", "-inf", "x"]]
-    cases += OWN_BOUNDS.get(example, [])
+    cases += OWN_BOUNDS.get(example, []) + [("--seed", "-1"), ("--seed", "x")]
     for option, value in cases:
         with pytest.raises(SystemExit) as stopped:
             _run(script, ["--no-progress", "--out", str(out), f"{option}={value}"])
