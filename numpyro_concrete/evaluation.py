@@ -187,7 +187,7 @@ class Predictive(numpyro.infer.Predictive):
             model = self._swap = DiscreteMessenger(model, mode="enumerate")
             model = CommonScale(model)  # p(z | x), not p(z | x)^s normalized
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
-        self._all_posterior_samples = self.posterior_samples
+        self._all_posterior_samples: dict[str, Array] = dict(self.posterior_samples)  # the host's: {} when none given
 
     def __call__(self, rng_key: Array, *args: Any, **kwargs: Any) -> dict[str, Array]:
         if self._swap is not None:
