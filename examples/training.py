@@ -26,37 +26,33 @@ class History:
     seconds: float = 0.0  # training wall time, without evaluation and checkpoints
 
 
+def _integer_at_least(text, least, what, why=""):
+    """``text`` as an integer >= ``least``, or argparse's one-line error naming ``what`` it must be."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {what} ({least} or more{why}), got {value}")
+    return value
+
+
 def positive_int(text):
     """An argparse ``type``: an integer >= 1 (counts of steps, samples, units), so that 0 or a negative
     value is argparse's one-line "argument --x: ..." error (exit status 2), not a ZeroDivisionError or
     an empty loop later."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (1 or more), got {value}")
-    return value
+    return _integer_at_least(text, 1, "a positive integer")
 
 
 def non_negative_int(text):
     """An argparse ``type``: an integer >= 0 (a seed: JAX's keys take no negative one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer of 0 or more, got {value}")
-    return value
+    return _integer_at_least(text, 0, "a non-negative integer")
 
 
 def categories(text):
     """An argparse ``type``: a number of categories of a Concrete site (components, states): an
     integer >= 2 (one category has no Concrete distribution), checked before training starts."""
-    value = positive_int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2 (a Concrete site needs 2 or more categories), got {value}")
-    return value
+    return _integer_at_least(text, 2, "a number of categories", ": a Concrete site needs two")
 
 
 def non_negative_float(text):

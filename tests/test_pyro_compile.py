@@ -33,9 +33,9 @@ def _logits(shape, seed):
     return 3 * torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
-def _score_own_sample(name):
+def _score_own_sample(name, validate=False):
     def score(logits):
-        d = getattr(pc, name)(T, logits=logits, validate_args=False)
+        d = getattr(pc, name)(T, logits=logits, validate_args=validate)
         x = d.rsample()
         return d.log_prob(x), x
 
@@ -382,19 +382,11 @@ def test_vmap_with_validation_on_checks_and_gives_the_unvalidated_values(name, s
     batched values give the values of validation off; parameters or values that validation refuses
     raise its ValueError (inside a transform without the values in the message)."""
 
-    def draw_and_score(validate):
-        def run(logits):
-            d = getattr(pc, name)(T, logits=logits, validate_args=validate)
-            x = d.rsample()
-            return d.log_prob(x), x
-
-        return run
-
     logits = _logits((3, *shape), 12)
     results = []
     for validate in (True, False):
         torch.manual_seed(2)
-        results.append(torch.func.vmap(draw_and_score(validate), randomness="different")(logits))
+        results.append(torch.func.vmap(_score_own_sample(name, validate), randomness="different")(logits))
     (checked, x_checked), (unchecked, x_unchecked) = results
     torch.testing.assert_close(x_checked, x_unchecked, rtol=0, atol=0)
     torch.testing.assert_close(checked, unchecked, rtol=0, atol=0)
@@ -415,4 +407,4 @@ def test_vmap_with_validation_on_checks_and_gives_the_unvalidated_values(name, s
     bad = logits.clone()
     bad[1].view(-1)[0] = math.nan
     with pytest.raises(ValueError, match="logits"):
-        torch.func.vmap(draw_and_score(True), randomness="different")(bad)
+        torch.func.vmap(_score_own_sample(name, True), randomness="different")(bad)

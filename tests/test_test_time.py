@@ -713,6 +713,28 @@ def test_predictive_with_infer_discrete_draws_the_exact_posterior_in_the_sites_s
         assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
 
 
+def _mixture_with_latent_locs(backend, n):
+    """x_n ~ Normal(z_n @ locs, 1), z_n Concrete, locs ~ Normal(MEANS, 1) a latent global."""
+
+    def model(x):
+        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
+        with backend.plate("data", n):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    return model
+
+
+def _assert_exact_posterior_draws(z, locs, n):
+    """Two draws of z (one-hot, (2, n, 3)) for n points all at x = 0.5, each from the exact
+    posterior given its draw's locs."""
+    assert z.shape == (2, n, 3) and set(np.unique(z)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(z.sum(-1), 1.0)
+    for z_i, locs_i in zip(z, locs):
+        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
+        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+
+
 @pytest.mark.parametrize("kind", ["AutoNormal", "AutoDiagonalNormal"])
 def test_predictive_with_infer_discrete_and_an_autoguide(backend, kind):
     """An autoguide draws the relaxed z as a transformed Normal (NumPyro's AutoNormal) or a Delta fed
@@ -721,23 +743,12 @@ def test_predictive_with_infer_discrete_and_an_autoguide(backend, kind):
     NumPyro left z out of the default return sites. z is drawn from its exact posterior given each
     draw's locs and returned by default, one-hot."""
     n = 2000
-
-    def model(x):
-        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
-        with backend.plate("data", n):
-            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
-            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
-
+    model = _mixture_with_latent_locs(backend, n)
     guide, data = backend.autoguide(kind, model), backend.array(np.full(n, 0.5))
     backend.run(guide, data)  # set up (NumPyro's autoguide cannot set itself up inside Predictive's vmap)
     assert "z" in backend.predictive(model, data, guide=guide, num_samples=2, infer_discrete=True, seed=1)
     draws = backend.predictive(model, data, guide=guide, num_samples=2, return_sites=["locs", "z"], infer_discrete=True, seed=2)
-    z, locs = backend.numpy(draws["z"]), backend.numpy(draws["locs"])
-    assert z.shape == (2, n, 3) and set(np.unique(z)) <= {0.0, 1.0}
-    np.testing.assert_array_equal(z.sum(-1), 1.0)
-    for z_i, locs_i in zip(z, locs):
-        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
-        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+    _assert_exact_posterior_draws(backend.numpy(draws["z"]), backend.numpy(draws["locs"]), n)
 
 
 def test_predictive_with_infer_discrete_and_posterior_samples_of_the_relaxed_sites(backend):
@@ -746,21 +757,11 @@ def test_predictive_with_infer_discrete_and_posterior_samples_of_the_relaxed_sit
     relaxed values passed in (NumPyro conditioned the enumerated index site on them: a broadcasting
     error)."""
     n = 2000
-
-    def model(x):
-        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
-        with backend.plate("data", n):
-            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(LOGITS[True])))
-            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
-
+    model = _mixture_with_latent_locs(backend, n)
     locs = MEANS[True] + np.array([[0.0, 0.0, 0.0], [1.0, -1.0, 0.5]])
     posterior = {"locs": locs, "z": np.full((2, n, 3), 1 / 3)}
     draws = backend.predictive(model, backend.array(np.full(n, 0.5)), posterior_samples=posterior, return_sites=["z"], infer_discrete=True, seed=3)
-    z = backend.numpy(draws["z"])
-    assert z.shape == (2, n, 3) and set(np.unique(z)) <= {0.0, 1.0}
-    for z_i, locs_i in zip(z, locs):
-        log_posterior = np.log(softmax(LOGITS[True])) + stats.norm.logpdf(0.5, locs_i, 1.0)
-        assert_frequencies(z_i.sum(0), softmax(log_posterior), f"locs {locs_i}")
+    _assert_exact_posterior_draws(backend.numpy(draws["z"]), locs, n)
 
 
 def test_a_point_mass_guide_on_a_concrete_latent_has_no_optimum(backend):
