@@ -496,7 +496,7 @@ def test_discrete_log_likelihood_with_particles_on_a_model_whose_global_gains_a_
     """A global ``shift`` given a trailing dimension where it is batched (``shift[..., None]``, written
     for one draw): with m particles drawn in a plate left of the data plate the observations' log_prob
     gains a dimension left of the particles', which Pyro's shape check ignores; summed over, it would
-    give each particle the others' weights too (the bound then falls with m, -3.8e3 nats at m = 1000).
+    give each particle the others' weights too (the bound then fell as m grew; this test failed).
     Pyro draws the particles one at a time instead, NumPyro maps over them; both give the exact value:
     the guide is a point mass at ``shift`` and the exact posterior of z given it, so every weight is
     p(x, shift) and L_m = log p(x | shift) + log p(shift) for any m."""
@@ -527,8 +527,8 @@ def test_discrete_log_likelihood_with_particles_on_a_model_whose_global_gains_a_
 def test_a_batch_dimension_outside_the_plates_is_summed_or_refused(backend):
     """Observations of shape (2, N) in a plate of size N only, the left dimension no plate's: Pyro's
     shape check with an inferred ``max_plate_nesting`` ignores it, and the particle dimension was read
-    there (the rows taken for particles: -6.6 against the exact -19.7 at m = 1, and data whose size
-    matched m broadcast silently). Pyro now refuses it, at every m, naming the site; NumPyro, which maps
+    there (the rows taken for particles, at m = 1 too, and data whose size matched m broadcast
+    silently: this test failed). Pyro now refuses it, at every m, naming the site; NumPyro, which maps
     over particles, sums it as its ELBOs do: the exact L_m (guide: the exact posterior of z)."""
     means, logits = MEANS[True], backend.array(LOGITS[True])
     data = np.stack([DATA, DATA[::-1]])
