@@ -18,7 +18,6 @@ graph (``discrete_log_likelihood``).
 """
 
 import math
-import os
 
 import numpy as np
 
@@ -55,10 +54,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
-    if _ARGS.device == "cpu":
-        numpyro_training.simulate_cpu_devices(_ARGS.devices)
+    numpyro_training.use_platform(_ARGS.device, _ARGS.devices)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

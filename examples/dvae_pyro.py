@@ -272,7 +272,7 @@ def start_processes(args):
                       f"use one of {', '.join(DISTRIBUTED_ESTIMATORS)}, or reinforce with --particles > 1 (VIMCO)")
     if args.batch_size % world:
         training.fail(f"--batch-size {args.batch_size} does not split evenly over {world} processes")
-    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith(("cuda", "gpu"))
+    cuda = pyro_training.torch_device(args.device).type == "cuda"
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
     tdist.init_process_group("nccl" if cuda else "gloo")
     return tdist.get_rank(), world, device
@@ -280,7 +280,7 @@ def start_processes(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     processes = start_processes(args)
     rank, world = 0, 1
     if processes is not None:

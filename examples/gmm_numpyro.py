@@ -20,7 +20,6 @@ matching clusters to species, adjusted Rand index). The helpers evaluate the who
 model is called without a subsample size there.
 """
 
-import os
 
 import numpy as np
 
@@ -40,8 +39,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    numpyro_training.use_platform(_ARGS.device)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -89,7 +87,7 @@ def main(argv=None):
     x = jnp.asarray(flowers)
     batch_size = min(args.batch_size, len(x))
 
-    initial = x[np.random.default_rng(args.seed).choice(len(x), args.components, replace=False)]
+    initial = x[training.distinct_starts(len(x), args.components, args.seed, "--components", "flowers")]
     mixture = GaussianMixture(initial, len(x), (args.prior_temperature, args.posterior_temperature))
     if args.training == "relaxed":
         svi = SVI(mixture.model, mixture.guide, numpyro.optim.Adam(args.lr), Trace_ELBO())

@@ -20,7 +20,6 @@ matching clusters to species, adjusted Rand index). The helpers evaluate the who
 model is called without a subsample size there.
 """
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -71,14 +70,14 @@ def main(argv=None):
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")
     parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between evaluations (default: steps / 10)")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     flowers, species = data.load_iris()
     x = torch.as_tensor(flowers, device=device)
     batch_size = min(args.batch_size, len(x))
 
     pyro.clear_param_store()
     torch.manual_seed(args.seed)
-    initial = x[torch.as_tensor(np.random.default_rng(args.seed).choice(len(x), args.components, replace=False))]
+    initial = x[torch.as_tensor(training.distinct_starts(len(x), args.components, args.seed, "--components", "flowers"))]
     mixture = GaussianMixture(initial, len(x), (args.prior_temperature, args.posterior_temperature)).to(device)
     mixture.guide(x, batch_size)  # creates the AutoNormal's parameters, so that a checkpoint can be loaded into them
     adam = pyro_training.adam(args.lr)

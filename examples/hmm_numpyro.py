@@ -17,7 +17,6 @@ the states summed out, which ``markov`` makes the forward algorithm) and their V
 reconstruct (the pixel is 1 where the state's probability exceeds 1/2).
 """
 
-import os
 
 import numpy as np
 
@@ -37,8 +36,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    numpyro_training.use_platform(_ARGS.device)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -95,7 +93,7 @@ def main(argv=None):
     test = jnp.asarray(data.fixed_binarization(dataset.test, "threshold")).reshape(-1, height, width)
 
     rows = train.reshape(-1, width)
-    initial = rows[np.random.default_rng(args.seed).choice(len(rows), args.states, replace=False)]
+    initial = rows[training.distinct_starts(len(rows), args.states, args.seed, "--states", "rows")]
     hmm = RowHMM(initial, height, (args.prior_temperature, args.posterior_temperature))
     if args.training == "relaxed":
         svi = SVI(hmm.model, hmm.guide, numpyro.optim.Adam(args.lr), Trace_ELBO())

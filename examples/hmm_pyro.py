@@ -17,7 +17,6 @@ the states summed out, which ``markov`` makes the forward algorithm) and their V
 reconstruct (the pixel is 1 where the state's probability exceeds 1/2).
 """
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -72,7 +71,7 @@ def main(argv=None):
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")
     parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between test evaluations (default: steps / 10)")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     dataset = data.load("digits")
     height, width = dataset.image_shape
     train = torch.as_tensor(data.fixed_binarization(dataset.train, "threshold"), device=device).unflatten(-1, (height, width))
@@ -81,7 +80,7 @@ def main(argv=None):
     pyro.clear_param_store()
     torch.manual_seed(args.seed)
     rows = train.flatten(0, 1)
-    initial = rows[torch.as_tensor(np.random.default_rng(args.seed).choice(len(rows), args.states, replace=False))]
+    initial = rows[torch.as_tensor(training.distinct_starts(len(rows), args.states, args.seed, "--states", "rows"))]
     hmm = RowHMM(initial, height, (args.prior_temperature, args.posterior_temperature)).to(device)
     adam = pyro_training.adam(args.lr)
     if args.training == "relaxed":

@@ -16,7 +16,6 @@ the test accuracy, the number of open gates, and the accuracy when only the k la
 for every k (``accuracy_vs_active_gates.png``).
 """
 
-import os
 
 import numpy as np
 
@@ -36,8 +35,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    numpyro_training.use_platform(_ARGS.device)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -96,7 +96,7 @@ def main(argv=None):
     parser.add_argument("--gate-inputs", action="store_true", help="also gate the input pixels")
     parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between validation evaluations (default: steps / 10)")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     dataset = data.load("digits")
     train, train_labels = (torch.as_tensor(a, device=device) for a in (dataset.train, dataset.train_labels))
     valid, valid_labels = (torch.as_tensor(a, device=device) for a in (dataset.valid, dataset.valid_labels))

@@ -13,7 +13,6 @@ MAP clusters (``map_assignment``), scored against the true digit labels (accurac
 clusters to labels, and adjusted Rand index).
 """
 
-import os
 
 import numpy as np
 
@@ -33,8 +32,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    numpyro_training.use_platform(_ARGS.device)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -79,7 +77,7 @@ def main(argv=None):
     train = jnp.asarray(data.fixed_binarization(dataset.train, "threshold"))
     test = jnp.asarray(data.fixed_binarization(dataset.test, "threshold"))
 
-    initial = train[np.random.default_rng(args.seed).choice(len(train), args.components, replace=False)]
+    initial = train[training.distinct_starts(len(train), args.components, args.seed, "--components", "images")]
     mixture = BernoulliMixture(initial, (args.prior_temperature, args.posterior_temperature))
     if args.training == "relaxed":
         svi = SVI(mixture.model, mixture.guide, numpyro.optim.Adam(args.lr), Trace_ELBO())

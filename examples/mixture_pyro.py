@@ -13,7 +13,6 @@ MAP clusters (``map_assignment``), scored against the true digit labels (accurac
 clusters to labels, and adjusted Rand index).
 """
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -60,14 +59,14 @@ def main(argv=None):
     parser.add_argument("--posterior-temperature", type=training.positive_float, default=2 / 3, help="lambda_1")
     parser.add_argument("--eval-every", type=training.positive_int, default=None, help="steps between test evaluations (default: steps / 10)")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     dataset = data.load("digits")
     train = torch.as_tensor(data.fixed_binarization(dataset.train, "threshold"), device=device)
     test = torch.as_tensor(data.fixed_binarization(dataset.test, "threshold"), device=device)
 
     pyro.clear_param_store()
     torch.manual_seed(args.seed)
-    initial = train[torch.as_tensor(np.random.default_rng(args.seed).choice(len(train), args.components, replace=False))]
+    initial = train[torch.as_tensor(training.distinct_starts(len(train), args.components, args.seed, "--components", "images"))]
     mixture = BernoulliMixture(initial, (args.prior_temperature, args.posterior_temperature)).to(device)
     adam = pyro_training.adam(args.lr, fused=True)
     if args.training == "relaxed":

@@ -193,6 +193,30 @@ class DataParallel:
         return jax.device_put(tree, self.replicated)
 
 
+def use_platform(device, devices=1):
+    """Point JAX at ``--device`` (``training.device_name``'s ``cpu`` or ``cuda``; None: JAX's own
+    choice, a GPU if there is one) before anything imports JAX, with ``devices`` simulated CPU
+    devices for ``--device cpu --devices N``; a device JAX cannot use is a one-line error here, not
+    a traceback at the first array. The scripts call it first, in ``__main__``."""
+    import os
+
+    if device is None:
+        return
+    if ":" in device:
+        training.fail(f"--device {device}: JAX chooses GPUs by CUDA_VISIBLE_DEVICES; pass --device cuda "
+                      f"with CUDA_VISIBLE_DEVICES={device.partition(':')[2]}")
+    os.environ["JAX_PLATFORMS"] = device
+    if device == "cpu":
+        simulate_cpu_devices(devices)
+    import jax
+
+    try:
+        jax.devices()
+    except Exception as error:  # jax 0.10 without a CUDA plugin: a bare AssertionError; later ones: RuntimeError
+        hint = "; is JAX's CUDA plugin installed?" if device == "cuda" else ""
+        training.fail(f"--device {device}: JAX cannot start its {device} backend ({training.one_line(error)}){hint}")
+
+
 def simulate_cpu_devices(devices):
     """Ask XLA for ``devices`` CPU devices (before JAX is imported): ``--device cpu --devices N``."""
     import os

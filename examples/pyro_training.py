@@ -226,6 +226,22 @@ def batches(train, args):
     return data.Batches(len(train), args.batch_size, args.seed, place=lambda order: torch.as_tensor(order, device=train.device))
 
 
+def torch_device(name):
+    """The ``torch.device`` of ``--device`` (``training.device_name``'s ``cpu``, ``cuda`` or
+    ``cuda:N``; None: a GPU if torch sees one), or a one-line error where torch cannot use it,
+    before the data are loaded."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            training.fail(f"--device {name}: torch sees no CUDA device (torch {torch.__version__})")
+        if device.index is not None and device.index >= count:
+            training.fail(f"--device {name}: torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
 def seed_step(seed, device):
     """``torch.manual_seed(seed)`` before a step on ``device``. A CPU step's draws all come from the
     CPU's generator, which alone is seeded then: ``torch.manual_seed`` also queues, where CUDA has not

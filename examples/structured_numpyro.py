@@ -12,7 +12,6 @@ nodes), compiled with ``jax.jit``. The test metric is L_100^SP of the *discrete*
 (``discrete_log_likelihood``).
 """
 
-import os
 
 import numpy as np
 
@@ -36,8 +35,7 @@ def parse_args(argv):
 # Parsed first: --device must reach JAX before it initializes a backend.
 if __name__ == "__main__":
     _ARGS = parse_args(None)
-    if _ARGS.device:
-        os.environ["JAX_PLATFORMS"] = {"cuda": "cuda", "gpu": "cuda"}.get(_ARGS.device, _ARGS.device)
+    numpyro_training.use_platform(_ARGS.device)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

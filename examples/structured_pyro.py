@@ -82,7 +82,7 @@ def main(argv=None):
     parser.add_argument("--eval-every", type=training.positive_int, default=1000)
     parser.add_argument("--no-jit", action="store_true", help="use the uncompiled objective")
     args = training.parse(parser, argv, pyro_training.read_checkpoint)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pyro_training.torch_device(args.device)
     try:
         dataset = data.load(args.dataset, args.data_dir)
     except data.DataNotFound as error:

@@ -79,6 +79,18 @@ def positive_float(text):
     return value
 
 
+def device_name(text):
+    """An argparse ``type``: where to train, ``cpu``, ``cuda`` (or ``gpu``, the same) or ``cuda:N``,
+    returned as ``cpu``, ``cuda`` or ``cuda:N``; anything else is argparse's one-line error, not a
+    torch or JAX traceback once the data are loaded. Whether the machine has it is the PPL loop's
+    check (``pyro_training.torch_device``, ``numpyro_training.use_platform``)."""
+    kind, _, index = text.strip().lower().partition(":")
+    kind = {"gpu": "cuda"}.get(kind, kind)
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda (or gpu) or cuda:N, got {text!r}")
+    return f"{kind}:{int(index)}" if index else kind
+
+
 def common_arguments(parser, *, steps, batch_size, lr):
     """The options every example takes. Counts and rates are checked by their ``type``
     (``positive_int``, ``positive_float``); the examples' own such options use the same two."""
@@ -86,7 +98,8 @@ def common_arguments(parser, *, steps, batch_size, lr):
     parser.add_argument("--steps", type=positive_int, default=steps, help="optimization steps")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size)
     parser.add_argument("--lr", type=positive_float, default=lr, help="Adam learning rate")
-    parser.add_argument("--device", default=None, help="cpu or cuda/gpu (default: a GPU if there is one)")
+    parser.add_argument("--device", type=device_name, default=None,
+                        help="cpu, cuda (or gpu) or cuda:N (default: a GPU if there is one)")
     parser.add_argument("--out", default=None,
                         help="directory for metrics.json, plots and checkpoints; one that already holds a run's "
                              "checkpoint.bin or metrics.json is refused unless --resume continues it")
@@ -149,13 +162,22 @@ def check_estimator(args):
         fail(f"--estimator disarm is for binary nodes: use --arity 2 (got {args.arity})")
 
 
+def distinct_starts(available, count, seed, option, what):
+    """``count`` distinct indices of ``available`` rows (``what``: "flowers", "images", ...), drawn
+    with ``seed``: where the components or states start (one row each); more of them than rows is
+    ``option``'s one-line error, not NumPy's "Cannot take a larger sample" traceback."""
+    if count > available:
+        fail(f"{option} {count}: the data have {available} {what}, each starts at one of them")
+    return np.random.default_rng(seed).choice(available, count, replace=False)
+
+
 def fail(message):
     """Exit with a one-line error instead of a traceback."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
-def _one_line(error, limit=160):
+def one_line(error, limit=160):
     """An exception as a short single line: its type and the start of its message."""
     text = " ".join(str(error).split())
     text = text if len(text) <= limit else text[: limit - 3] + "..."
@@ -179,7 +201,7 @@ def check_out(out, create=True):
         os.close(fd)
         os.unlink(probe)
     except OSError as error:
-        fail(f"--out {out} is not a writable directory ({error.strerror or _one_line(error)})")
+        fail(f"--out {out} is not a writable directory ({error.strerror or one_line(error)})")
 
 
 def check_new_out(out):
@@ -267,11 +289,11 @@ def load_checkpoint(path, load, args, keys):
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as error:
-        fail(f"cannot read the checkpoint {path} ({error.strerror or _one_line(error)})")
+        fail(f"cannot read the checkpoint {path} ({error.strerror or one_line(error)})")
     try:
         saved = load(raw)
     except Exception as error:  # unpickling raises nearly anything on bad bytes
-        fail(f"checkpoint {path} is damaged or truncated ({_one_line(error)}); delete it to start over, or restore a copy")
+        fail(f"checkpoint {path} is damaged or truncated ({one_line(error)}); delete it to start over, or restore a copy")
     if not isinstance(saved, dict) or not {"history", *keys} <= saved.keys():
         fail(f"{path} is not a checkpoint of this example; delete it to start over, or give another --out")
     if not isinstance(saved.get("args"), dict):
@@ -304,7 +326,7 @@ def check_resume_options(path, saved, current):
 
 def checkpoint_does_not_fit(path, error):
     """Fail (one line): the checkpoint's saved state does not fit the model these options built."""
-    fail(f"checkpoint {path} does not fit the model of these options ({_one_line(error)}); "
+    fail(f"checkpoint {path} does not fit the model of these options ({one_line(error)}); "
          "delete it to start over, or give another --out")
 
 

@@ -582,6 +582,7 @@ def test_bad_counts_and_rates_are_one_line_argparse_errors(script, no_training, 
     cases = [(option, value) for option in COUNTS + OWN_COUNTS[example] for value in ["0", "-1", "2.5", "x"]]
     cases += [(option, value) for option in RATES[example] for value in ["0", "-0.1", "nan", "inf", "-inf", "x"]]
     cases += OWN_BOUNDS.get(example, []) + [("--seed", "-1"), ("--seed", "x")]
+    cases += [("--device", value) for value in ["foo", "cpu:0", "cuda:x", "tpu"]]  # a torch or JAX traceback later before
     for option, value in cases:
         with pytest.raises(SystemExit) as stopped:
             _run(script, ["--no-progress", "--out", str(out), f"{option}={value}"])
@@ -591,6 +592,55 @@ def test_bad_counts_and_rates_are_one_line_argparse_errors(script, no_training, 
         errors = [line for line in stderr.splitlines() if ": error: " in line]
         assert len(errors) == 1 and f"error: argument {option}: " in errors[0] and value in errors[0], (option, value, stderr)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("ppl", PPLS)
+def test_gmm_refuses_more_components_than_flowers(ppl, no_training, capsys):
+    """Each component starts at a flower of its own: --components 200 of 150 flowers was NumPy's
+    "Cannot take a larger sample than population" traceback."""
+    with pytest.raises(SystemExit) as stopped:
+        _run(f"gmm_{ppl}", ["--no-progress", "--components", "200"])
+    assert stopped.value.code == 2
+    assert _error_line(capsys.readouterr().err) == "error: --components 200: the data have 150 flowers, each starts at one of them"
+
+
+def test_device_names_are_normalized():
+    """--device gpu is cuda (the help says so; torch.device("gpu") raised before), in any case."""
+    from examples import training
+
+    assert [training.device_name(name) for name in ["cpu", "CPU", "cuda", "gpu", "GPU:1", "cuda:0"]] == \
+        ["cpu", "cpu", "cuda", "cuda", "cuda:1", "cuda:0"]
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:7"])
+def test_pyro_device_torch_cannot_use_is_one_line(device, capsys):
+    """--device cuda on a machine without one (or cuda:7 beyond its GPUs): one line naming it, before
+    the data are loaded, not torch's traceback at the first tensor moved there."""
+    torch = pytest.importorskip("torch")
+    from examples import pyro_training
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count > (7 if device == "cuda:7" else 0):
+        pytest.skip(f"torch sees {count} CUDA devices")
+    with pytest.raises(SystemExit) as stopped:
+        pyro_training.torch_device(device)
+    assert stopped.value.code == 2
+    assert _error_line(capsys.readouterr().err).startswith(f"error: --device {device}: torch sees ")
+
+
+@pytest.mark.parametrize("device, message", [("cuda", "--device cuda: JAX cannot start its cuda backend ("),
+                                             ("cuda:1", "--device cuda:1: JAX chooses GPUs by CUDA_VISIBLE_DEVICES")])
+def test_numpyro_device_jax_cannot_use_is_one_line(device, message):
+    """The NumPyro scripts choose JAX's platform before importing JAX (a new process): --device cuda
+    where JAX has no GPU, or a GPU index, is one line and exit status 2, not a traceback."""
+    import jax
+
+    if device == "cuda" and jax.default_backend() != "cpu":
+        pytest.skip("JAX has a GPU here")
+    run = subprocess.run([sys.executable, "-m", "examples.gmm_numpyro", "--no-progress", "--steps", "1", "--device", device],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert _error_line(run.stderr).startswith(f"error: {message}"), run.stderr
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
