@@ -262,3 +262,13 @@ def hard_shape_mismatch(owner, shape, batch_and_event):
         f"{owner}: hard of shape {tuple(shape)} does not broadcast with the distribution's batch and "
         f"event shape {tuple(batch_and_event)}"
     )
+
+
+def observed_after_enumeration(site):
+    """A site ``discrete(mode="enumerate")`` made an enumerated index, then observed by a handler
+    outside it that is not the host's ``condition`` (whose data the mode looks up first)."""
+    return ModelError(
+        f"discrete(mode='enumerate'): site {site!r} was made an enumerated index and then observed by a handler "
+        "outside discrete(...): its value is not an index; condition it with the host's condition handler, "
+        "or use discrete(..., mode='sample'), which scores an observed value with its discrete mass"
+    )

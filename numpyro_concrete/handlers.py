@@ -142,17 +142,29 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
+    def _conditioned_outside(self, msg):
+        # handlers.condition(discrete(model, mode="enumerate"), data) sets the value after the swap:
+        # the site is then scored by its limit, as in sample mode, not enumerated as an index
+        outer = _PYRO_STACK[: _PYRO_STACK.index(self)]
+        return any(
+            isinstance(h, handlers.condition)
+            and (h.condition_fn(msg) is not None if h.condition_fn is not None else msg["name"] in h.data)
+            for h in outer
+        )
+
     def process_message(self, msg: dict) -> None:
         if not _selected(msg, self.sites):
             return
+        self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         base, wrappers = unwrap(msg["fn"])
-        if self.mode is Mode.ENUMERATE and isinstance(base, ONE_HOT) and not msg["is_observed"]:
+        enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg)
+        if enumerated and isinstance(base, ONE_HOT):
             pass  # enumerated as an index too: NumPyro's enumeration of one-hot values fails on its shapes
         elif not isinstance(base, CONCRETE_FAMILY):
             return
         if msg.get("_control_flow_done"):  # scan's stacked site: the body ran with its relaxed draws
             raise ValueError(f"discrete(mode={self.mode.value!r}): {messages.scanned_site(msg['name'], type(base).__name__)}")
-        if self.mode is Mode.ENUMERATE:
+        if enumerated:
             self._check_handler_order(msg["name"])
             if any(method == "to_event" and n > 0 for method, n in wrappers):
                 raise ValueError(
@@ -176,6 +188,8 @@ class DiscreteMessenger(Messenger):
         # runs after the outer trace has copied the (index distribution, index) pair
         to_value = self.index_to_value.get(msg["name"]) if msg["type"] == "sample" else None
         if to_value is not None:
+            if msg["is_observed"]:  # by a handler outside this one other than handlers.condition
+                raise messages.observed_after_enumeration(msg["name"])
             msg["value"] = to_value(msg["value"])
 
 

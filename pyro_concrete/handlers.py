@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 from pyro import distributions as dist
 from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDistribution
+from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.enum_messenger import EnumMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_messenger import TraceMessenger
 
+from concrete_common import messages
 from concrete_common.kinds import Mode, check_mode
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
@@ -134,15 +136,23 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
+    def _conditioned_outside(self, name):
+        # poutine.condition(discrete(model, mode="enumerate"), data) sets the value after the swap:
+        # the site is then scored by its limit, as in sample mode, not enumerated as an index
+        outer = _PYRO_STACK[: _PYRO_STACK.index(self)]
+        return any(isinstance(h, ConditionMessenger) and name in h.data for h in outer)
+
     def _pyro_sample(self, msg):
         if not _selected(msg, self.sites):
             return
+        self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         base, wrappers = unwrap(msg["fn"])
-        if self.mode is Mode.ENUMERATE and isinstance(base, ONE_HOT) and not msg["is_observed"]:
+        enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg["name"])
+        if enumerated and isinstance(base, ONE_HOT):
             pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
         elif not isinstance(base, CONCRETE_FAMILY):
             return
-        if self.mode is Mode.ENUMERATE:
+        if enumerated:
             self._check_handler_order(msg["name"])
             if any(method == "to_event" and n > 0 for method, n in wrappers):
                 raise ValueError(
@@ -168,6 +178,8 @@ class DiscreteMessenger(Messenger):
         # runs after the outer trace has copied the (index distribution, index) pair
         to_value = self.index_to_value.get(msg["name"])
         if to_value is not None:
+            if msg["is_observed"]:  # by a handler outside this one other than poutine.condition
+                raise messages.observed_after_enumeration(msg["name"])
             msg["value"] = to_value(msg["value"])
 
 

@@ -517,3 +517,43 @@ def test_what_cannot_reach_inside_scan_raises():
         loss = getattr(nc, name)()
         with pytest.raises(ValueError, match=rf"{name}: " + match):
             loss.loss(KEY, {"phi": jnp.zeros(3)}, relaxed, loss.guide(guide) if hasattr(loss, "guide") else guide, ys)
+
+
+def _conditioned_enumeration_loss(wrap):
+    """-log p(z = 1, x) by TraceEnum_ELBO of ``wrap(discrete(model, mode="enumerate"))``, z Concrete."""
+    from numpyro import handlers
+    from numpyro.infer import TraceEnum_ELBO
+
+    def model():
+        z = numpyro.sample("z", nc.Concrete(0.5, logits=jnp.array([0.3, -0.2, 1.0])))
+        numpyro.sample("x", numpyro.distributions.Normal(z @ jnp.array([0.0, 1.0, 2.0]), 1.0), obs=1.5)
+
+    wrapped = wrap(nc.discrete(model, mode="enumerate"))
+    return TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, handlers.seed(wrapped, 0), lambda: None)
+
+
+def test_a_site_conditioned_outside_the_enumerate_mode_by_condition_fn():
+    """handlers.condition(..., condition_fn=...) outside discrete(mode="enumerate"): the site is
+    scored by its limit (the generic test in test_test_time conditions on data)."""
+    from numpyro import handlers
+    from scipy import stats
+    from scipy.special import log_softmax
+
+    one_hot = jnp.array([0.0, 1.0, 0.0])
+    loss = _conditioned_enumeration_loss(lambda fn: handlers.condition(fn, condition_fn=lambda msg: one_hot if msg["name"] == "z" else None))
+    exact = log_softmax(np.array([0.3, -0.2, 1.0]))[1] + stats.norm.logpdf(1.5, 1.0, 1.0)
+    np.testing.assert_allclose(-float(loss), exact, rtol=1e-6)
+
+
+def test_a_site_observed_outside_the_enumerate_mode_by_another_handler_raises():
+    """A handler outside the mode, not handlers.condition, that observes the enumerated index site:
+    its value is not an index, so the log joint would be wrong; the mode raises, naming the site."""
+    from numpyro.primitives import Messenger
+
+    class Observe(Messenger):
+        def process_message(self, msg):
+            if msg["name"] == "z":
+                msg["value"], msg["is_observed"] = jnp.array([0.0, 1.0, 0.0]), True
+
+    with pytest.raises(ValueError, match="site 'z' was made an enumerated index and then observed by a handler outside"):
+        _conditioned_enumeration_loss(Observe)
