@@ -69,14 +69,24 @@ def boundary_probs_message(categorical):
     )
 
 
-def infinite_density_message(name, boundary, counterpart):
-    """Why a value where the density is +inf is refused under validation, and what to do."""
-    return (
+def infinite_density_message(name, boundary, counterpart, untraced=False):
+    """Why a value where the density is +inf is refused under validation, and what to do;
+    ``untraced``: NumPyro's, outside any trace, where a sample carries its coordinates to no other
+    distribution (``numpyro_concrete._carry``)."""
+    message = (
         f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
         f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
         f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
         "interior value. (With validate_args=False the limit +inf is returned.)"
     )
+    if untraced:
+        message += (
+            " If it is a sample of the family scored by another distribution outside jax.jit -- a straight-through "
+            "or underflowed guide sample under the model's prior in an eager svi.evaluate, say -- run that call "
+            "under jax.jit (jax.jit(svi.evaluate)): only inside a traced computation does a sample carry its "
+            "relaxed coordinates to the model."
+        )
+    return message
 
 
 # --------------------------------------------------------------------------- test-time helpers

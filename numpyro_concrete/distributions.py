@@ -154,7 +154,7 @@ class _ConcreteFamily(ValidatedValues, Distribution):
         sample (a boundary point where the density diverges: discrete data) raises. Under ``jit``
         the value is a tracer and the limit is returned."""
         if self._validate_args and not_jax_tracer(log_prob) and np.any(np.asarray(log_prob) == np.inf):
-            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
+            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__, untraced=True))
         return log_prob
 
 

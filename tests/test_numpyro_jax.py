@@ -557,3 +557,23 @@ def test_a_site_observed_outside_the_enumerate_mode_by_another_handler_raises():
 
     with pytest.raises(ValueError, match="site 'z' was made an enumerated index and then observed by a handler outside"):
         _conditioned_enumeration_loss(Observe)
+
+
+def test_an_eager_evaluate_with_a_straight_through_guide_says_to_jit_it():
+    """Eagerly, the guide's straight-through one-hot reaches the model's Concrete prior as a plain
+    array, carrying nothing: the refusal says so and names the cure, jax.jit, under which the value
+    is the guide's relaxed sample's (the same evaluate, jitted, is finite)."""
+    from numpyro.infer import SVI, Trace_ELBO
+
+    def model(x):
+        z = numpyro.sample("z", nc.Concrete(0.5, logits=jnp.zeros(3)))
+        numpyro.sample("x", numpyro.distributions.Normal(z @ jnp.arange(3.0), 1.0), obs=x)
+
+    def guide(x):
+        numpyro.sample("z", nc.ConcreteStraightThrough(0.5, logits=numpyro.param("phi", jnp.zeros(3))))
+
+    svi = SVI(model, guide, numpyro.optim.Adam(0.1), Trace_ELBO())
+    state = svi.init(jax.random.PRNGKey(0), 1.0)
+    with pytest.raises(ValueError, match=r"the value holds .* run that call under jax.jit \(jax.jit\(svi.evaluate\)\)"):
+        svi.evaluate(state, 1.0)
+    assert np.isfinite(float(jax.jit(svi.evaluate)(state, 1.0)))
