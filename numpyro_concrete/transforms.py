@@ -21,7 +21,7 @@ from . import constraints as concrete_constraints
 from ._carry import carry
 from ._numerics import log, logit
 
-__all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
+__all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform", "RealTransform"]
 
 
 def _log_softmax_padded(u):
@@ -37,6 +37,15 @@ def _interior(x, ones=False):
     x = jnp.asarray(x)
     inside = jnp.where(x == 0, jnp.finfo(x.dtype).tiny, x)
     return jnp.where(x == 1, jnp.nextafter(jnp.ones((), x.dtype), 0), inside) if ones else inside
+
+def _finite_logit(y):
+    """Logits with the limits ±inf (LogitBinConcrete's zero-temperature values) at the logit of the
+    interior point :func:`_interior` moves BinConcrete's 0 and 1 to: the inverse of ``logit x`` is
+    the inverse of ``x``."""
+    y = jnp.asarray(y)
+    low, high = logit(_interior(jnp.array([0.0, 1.0], y.dtype), ones=True))
+    return jnp.where(y == jnp.inf, high, jnp.where(y == -jnp.inf, low, y))
+
 
 def _interior_log(y):
     """Log coordinates with those at -inf (a coordinate that is 0: the boundary) at log(tiny), as
@@ -120,10 +129,22 @@ class UnitIntervalTransform(ParameterFreeTransform):
         return -jax.nn.softplus(-x) - jax.nn.softplus(x)
 
 
+class RealTransform(IdentityTransform):
+    r"""u in R -> u, LogitBinConcrete's own coordinates (log|det J| = 0), whose inverse maps the
+    limits ±inf (what ``map_assignment`` returns, an ``init_to_value``) to the finite logit of
+    BinConcrete's nearest interior point: the host's identity would pass them on, and an autoguide
+    initialized there could not find valid initial parameters."""
+
+    codomain = concrete_constraints.real
+
+    def _inverse(self, y):
+        return _finite_logit(y)
+
+
 biject_to.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
 biject_to.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
 biject_to.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())
-biject_to.register(concrete_constraints.real, lambda constraint: IdentityTransform())
+biject_to.register(concrete_constraints.real, lambda constraint: RealTransform())
 # the parameter constraints (a learnable parameter declared with one of them): the host's bijection
 # onto the host's constraint they narrow, whose values meet them up to rounding
 biject_to.register(type(concrete_constraints.positive_finite), lambda constraint: biject_to(constraints.positive))

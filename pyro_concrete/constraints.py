@@ -174,6 +174,15 @@ class _FiniteLessThan(constraints._LessThan):
         return (value < self.upper_bound) & torch.isfinite(value)
 
 
+class _Real(constraints._Real):
+    """The real line, the support of LogitBinConcrete; the check admits the limits ±inf (as torch's
+    ``real`` does), where the zero-temperature limit puts its values. A constraint of its own so
+    that its bijection (``transforms.RealTransform``) can give those limits a finite preimage."""
+
+    def __repr__(self) -> str:
+        return "Real()"
+
+
 class _FiniteGreaterThan(constraints._GreaterThan):
     """(lower_bound, inf), finite: Hard Concrete's upper stretch end."""
 
@@ -184,7 +193,7 @@ class _FiniteGreaterThan(constraints._GreaterThan):
 log_simplex = _LogSimplex()
 simplex = _Simplex()
 unit_interval = _UnitInterval()
-real = constraints.real  # torch's check admits the limits ±inf of LogitBinConcrete
+real = _Real()
 one_hot = constraints.one_hot
 log_one_hot = _LogOneHot()
 plus_minus_infinity = _PlusMinusInfinity()

@@ -21,7 +21,7 @@ from . import constraints as concrete_constraints
 from ._carry import carry, show
 from ._numerics import log, log_softmax, logit
 
-__all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform"]
+__all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform", "RealTransform"]
 
 
 def _log_softmax_padded(u):
@@ -36,6 +36,14 @@ def _interior(x, ones=False):
     theirs -- not -inf, +inf or NaN (``init_to_median`` took the median of such rows: NaN)."""
     inside = x.masked_fill(x == 0, torch.finfo(x.dtype).tiny)
     return inside.masked_fill(x == 1, torch.nextafter(x.new_ones(()), x.new_zeros(()))) if ones else inside
+
+def _finite_logit(y):
+    """Logits with the limits ±inf (LogitBinConcrete's zero-temperature values) at the logit of the
+    interior point :func:`_interior` moves BinConcrete's 0 and 1 to: the inverse of ``logit x`` is
+    the inverse of ``x``."""
+    low, high = logit(_interior(torch.tensor([0.0, 1.0], dtype=y.dtype, device=y.device), ones=True))
+    return torch.where(y == float("inf"), high, torch.where(y == -float("inf"), low, y))
+
 
 def _interior_log(y):
     """Log coordinates with those at -inf (a coordinate that is 0: the boundary) at log(tiny), as
@@ -127,10 +135,35 @@ class UnitIntervalTransform(Transform):
         return -F.softplus(-x) - F.softplus(x)
 
 
+class RealTransform(Transform):
+    r"""u in R -> u, LogitBinConcrete's own coordinates (log|det J| = 0), whose inverse maps the
+    limits ±inf (what ``map_assignment`` returns, an ``init_to_value``) to the finite logit of
+    BinConcrete's nearest interior point: the host's identity would pass them on, and an autoguide
+    initialized there had a NaN loss."""
+
+    domain = constraints.real
+    codomain = concrete_constraints.real
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def _call(self, u):
+        return u
+
+    def _inverse(self, y):
+        return _finite_logit(y)
+
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
+        return torch.zeros_like(x)
+
+
 for _registry in (biject_to, transform_to):
     _registry.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
     _registry.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
     _registry.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())
+    _registry.register(concrete_constraints.real, lambda constraint: RealTransform())
     # the parameter constraints (a learnable parameter declared with one of them): the host's bijection
     # onto the host's constraint they narrow, whose values meet them up to rounding
     _registry.register(concrete_constraints.positive_finite, lambda constraint, r=_registry: r(constraints.positive))

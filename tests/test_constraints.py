@@ -83,21 +83,22 @@ def test_simplex_accepts_float32_samples_and_rejects_other_values(backend):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", ["Concrete", "ExpConcrete", "BinConcrete"])
+@pytest.mark.parametrize("name", ["Concrete", "ExpConcrete", "BinConcrete", "LogitBinConcrete"])
 def test_inverse_of_a_plain_value_on_the_boundary_is_the_nearest_interior_preimage(backend, name, dtype):
     """A plain value (no carried coordinates) that rounded onto the boundary -- a float32 Concrete
     coordinate that underflowed to 0, a BinConcrete value that rounded to 0 or 1 -- has no preimage;
     the inverse gives the preimage of the nearest representable interior point, finite, as the
     hosts' StickBreaking / Sigmoid inverses clamp (it was -inf, +inf or NaN, and NumPyro's
     ``init_to_median`` took the median of such rows: NaN). ExpConcrete's log one-hot (what
-    ``map_assignment`` returns, a NUTS ``init_to_value``) has Concrete's inverse of the one-hot.
-    Interior values keep their exact inverse."""
+    ``map_assignment`` returns, a NUTS ``init_to_value``) has Concrete's inverse of the one-hot, and
+    LogitBinConcrete's limits ±inf BinConcrete's inverse of 0 and 1 (they were passed on: a NaN
+    loss from an autoguide initialized there). Interior values keep their exact inverse."""
     n_ary = name in N_ARY
     d = backend.make(name, 0.5, logits=np.zeros(3) if n_ary else np.zeros(4), dtype=dtype)
     transform = backend.biject_to(d.support)
     x = np.array([[0.0, 0.25, 0.75], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]]) if n_ary else np.array([0.0, 1.0, 0.25, 0.5])
     with np.errstate(divide="ignore"):
-        given = np.log(x) if name == "ExpConcrete" else x
+        given = {"ExpConcrete": np.log(x), "LogitBinConcrete": np.log(x) - np.log1p(-x)}.get(name, x)
     u = backend.numpy(transform.inv(backend.array(given, dtype)))
     assert np.isfinite(u).all(), u
     tiny, below_one = np.finfo(dtype).tiny, np.nextafter(np.ones((), dtype), 0)

@@ -193,6 +193,18 @@ def test_a_site_conditioned_outside_the_enumerate_mode_beside_an_enumerated_one(
     np.testing.assert_allclose(-loss, logsumexp(joint[np.arange(N), index], axis=1).sum(), rtol=1e-9)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_an_autoguide_initialized_at_the_map_assignment_trains(backend, name):
+    """AutoNormal with init_to_value at map_assignment's values (one-hot, log one-hot, 0/1, ±inf),
+    a user's warm start: each starts at the preimage of the nearest interior point, and training
+    runs. LogitBinConcrete's ±inf went through the identity: a NaN loss in Pyro, "Cannot find valid
+    initial parameters" in NumPyro (tests/test_constraints.py checks the preimages' values)."""
+    model, x = mixture(backend, name), backend.array(DATA)
+    guide = backend.autoguide("AutoNormal", model, init_values=backend.lib.map_assignment(model, x))
+    losses, params = backend.svi(model, guide, x, steps=3, lr=0.01)
+    assert np.isfinite(losses).all() and all(np.isfinite(value).all() for value in params.values()), (losses, params)
+
+
 def trainable_mixture(backend):
     """The Concrete mixture with learned component means, and a guide with local logits."""
     logits = backend.array(LOGITS[True])

@@ -45,7 +45,7 @@ An adapter provides:
 ``loss_samples(model, guide, *args, loss, seeds)``
                                     the loss and its parameter gradients at the initial
                                     parameters, one per seed: (values, {name: gradients})
-``autoguide(kind, model)``          AutoNormal / AutoDelta / AutoMultivariateNormal
+``autoguide(kind, model, init_values)`` AutoNormal / AutoDelta / AutoMultivariateNormal (init_to_value)
 ``plate``, ``mask``, ``scale``      the PPL's plate and mask / scale handlers (context managers)
 ``normal``, ``exp``, ``sigmoid``    the PPL's Normal distribution and array functions for models
 ``reparam(fn, config)``             poutine.reparam / handlers.reparam

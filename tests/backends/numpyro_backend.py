@@ -177,8 +177,10 @@ class Backend:
 
         return network
 
-    def autoguide(self, kind, model):
-        return getattr(autoguides, kind)(model)
+    def autoguide(self, kind, model, init_values=None):
+        if init_values is None:
+            return getattr(autoguides, kind)(model)
+        return getattr(autoguides, kind)(model, init_loc_fn=numpyro.infer.initialization.init_to_value(values=init_values))
 
     # ------------------------------------------------------------------ models and handlers
 

@@ -170,8 +170,10 @@ class Backend:
             layer.bias.data = torch.tensor(generator.normal(0, scale, tuple(layer.bias.shape)))
         return torch.nn.Sequential(first, torch.nn.Tanh(), last)
 
-    def autoguide(self, kind, model):
-        return getattr(autoguides, kind)(model)
+    def autoguide(self, kind, model, init_values=None):
+        if init_values is None:
+            return getattr(autoguides, kind)(model)
+        return getattr(autoguides, kind)(model, init_loc_fn=autoguides.init_to_value(values=init_values))
 
     # ------------------------------------------------------------------ models and handlers
 
