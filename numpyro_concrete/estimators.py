@@ -29,6 +29,7 @@ What they accept (anything else raises a ValueError that names the site):
   data set's; the score terms use the unscaled density of the draw.
 """
 
+import math
 import warnings
 from types import SimpleNamespace
 from typing import Any, Callable, NamedTuple, Optional
@@ -197,8 +198,8 @@ class _ScoredByMass(Messenger):
 
 class _Replay(NamedTuple):
     """What a world needs to run the guide and the model again with the same noise as the draw: the
-    draw's key, and whether anything but the relaxed sites is random (else the draw's guide trace is
-    reused with new values at those sites, and the model replayed against it)."""
+    draw's key, and whether anything but the relaxed sites is random or reads them (else the draw's
+    guide trace is reused with new values at those sites, and the model replayed against it)."""
 
     key: Any
     rerun: bool
@@ -269,8 +270,9 @@ class _DiscreteGraphLoss(ELBO):
     def _check_latents(self, model_trace, guide_trace, sites):
         """The guide's other latents must be reparameterized, and so must the model's latents that the
         guide does not draw (a Concrete-family one raised when the model drew it). Returns whether
-        anything but the relaxed sites is random -- another latent, or a plate's subsample (a model
-        seeded anew would draw another) -- so that the worlds rerun the guide and the model."""
+        anything but the relaxed sites is random or reads them -- another latent, an observed site of
+        the guide, or a plate's subsample (a model seeded anew would draw another) -- so that the
+        worlds rerun the guide and the model."""
         name = type(self).__name__
         others = [site for site in sample_sites(guide_trace) if not site["is_observed"] and site["name"] not in sites]
         model_only = model_only_latents(model_trace, guide_trace)
@@ -280,7 +282,10 @@ class _DiscreteGraphLoss(ELBO):
         for site in model_only:
             if not site["fn"].has_rsample:
                 raise messages.model_only_discrete_latent(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
-        return bool(others or model_only or subsampled_plates((model_trace, guide_trace)))
+        # an observed site of the guide (a factor, say) may read the relaxed values: the worlds must
+        # score it again, not keep the draw's score (its term dropped out of the gradient)
+        observed = any(site["is_observed"] for site in sample_sites(guide_trace))
+        return bool(others or model_only or observed or subsampled_plates((model_trace, guide_trace)))
 
     def _plate_axis(self, node):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
@@ -292,13 +297,14 @@ class _DiscreteGraphLoss(ELBO):
         return jnp.ndim(node["value"]) - node["fn"].event_dim + frames[0].dim
 
     def _check_one_layer(self, guide, args, kwargs, sites, replay):
-        """Reruns the guide with the draw's key and every relaxed site at another limit value, each of
-        them in turn (every one-hot moved by 1, ..., K - 1 categories; 0 <-> 1): the relaxed sites'
-        logits must not change (checked inside ``jit`` by a callback that raises)."""
+        """Reruns the guide with the draw's key and one relaxed site at a time at another limit value
+        (:func:`_moves`), the others as drawn: the relaxed sites' logits must not change (checked
+        inside ``jit`` by a callback that raises). (Moving every site at once missed a dependence
+        that the joint move leaves alone, such as one site's logits reading whether two others
+        agree: REBAR's and DisARM's gradients were then biased.)"""
         changed = []
-        for shift in range(1, max(site.b.shape[-1] if site.n_ary else 2 for site in sites.values())):
-            moved = {name: _moved(site, shift) for name, site in sites.items()}
-            feed = _Draws(guide, lambda name, site: moved[name])
+        for moved in _moves(sites):
+            feed = _Draws(guide, lambda name, site, moved=moved: moved.get(name, sites[name].b))
             trace(handlers.block(feed), jax.random.split(replay.key)[0], args, kwargs)  # the guide's half, as drawn
             changed += [
                 jnp.any(jax.lax.stop_gradient(feed.sites[name].base.logits) != jax.lax.stop_gradient(site.base.logits))
@@ -384,13 +390,29 @@ def _guide_params(guide_trace):
     return [name for name, site in guide_trace.items() if site["type"] == "param"]
 
 
-def _moved(site, shift):
-    """Another limit value at every coordinate: a one-hot moved by ``shift`` categories (mod K), or
-    the other binary value."""
+def _moved(site, shift, where=None):
+    """Another limit value at every coordinate (or those ``where`` is true): a one-hot moved by
+    ``shift`` categories (mod K), or the other binary value."""
     b = site.b
     if site.n_ary:
-        return jnp.roll(b, shift, -1)
-    return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+        moved = jnp.roll(b, shift, -1)
+        return moved if where is None else jnp.where(where[..., None], moved, b)
+    moved = -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+    return moved if where is None else jnp.where(where, moved, b)
+
+
+def _moves(sites):
+    """The values :meth:`_DiscreteGraphLoss._check_one_layer` gives the guide, ``{name: value}``, one
+    site at a time: every coordinate moved by 1, ..., K - 1 categories (0 <-> 1), then every other
+    coordinate (in the order of its elements) moved by one, so that a dependence on whether two
+    coordinates of the site agree is seen too."""
+    for name, site in sites.items():
+        for shift in range(1, site.b.shape[-1] if site.n_ary else 2):
+            yield {name: _moved(site, shift)}
+        shape = jnp.shape(site.b)[:-1] if site.n_ary else jnp.shape(site.b)
+        size = math.prod(shape)
+        if size > 1:
+            yield {name: _moved(site, 1, (jnp.arange(size) % 2 == 0).reshape(shape))}
 
 
 class _ControlVariateLoss(_DiscreteGraphLoss):

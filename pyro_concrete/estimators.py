@@ -222,8 +222,9 @@ def _same_randomness(state):
 
 class _Replay(NamedTuple):
     """What a world needs to run the guide and the model again with the same noise as the draw: the
-    random state before it, and whether anything but the relaxed sites is random (else the draw's
-    guide trace is reused with new values at those sites, and the model replayed against it)."""
+    random state before it, and whether anything but the relaxed sites is random or reads them (else
+    the draw's guide trace is reused with new values at those sites, and the model replayed against
+    it)."""
 
     state: Any
     rerun: bool
@@ -284,9 +285,9 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
     def _check_latents(self, model_trace, guide_trace, sites):
         """The guide's other latents must be reparameterized, and so must the model's latents that the
         guide does not draw (a Concrete-family one raised when the model drew it). Returns whether
-        anything but the relaxed sites is random -- another latent, or a plate's subsample (the
-        guide trace holds no subsample sites to replay) -- so that the worlds rerun the guide and the
-        model."""
+        anything but the relaxed sites is random or reads them -- another latent, an observed site of
+        the guide, or a plate's subsample (the guide trace holds no subsample sites to replay) -- so
+        that the worlds rerun the guide and the model."""
         name = type(self).__name__
         others = [site for site in sample_sites(guide_trace) if not site["is_observed"] and site["name"] not in sites]
         model_only = model_only_latents(model_trace, guide_trace)
@@ -296,7 +297,10 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         for site in model_only:
             if not getattr(site["fn"], "has_rsample", False):
                 raise messages.model_only_discrete_latent(site["name"], type(unwrap(site["fn"])[0]).__name__, name)
-        return bool(others or model_only or subsampled_plates((model_trace, guide_trace)))
+        # an observed site of the guide (a factor, say) may read the relaxed values: the worlds must
+        # score it again, not keep the draw's score (its term dropped out of the gradient)
+        observed = any(site["is_observed"] for site in sample_sites(guide_trace))
+        return bool(others or model_only or observed or subsampled_plates((model_trace, guide_trace)))
 
     def _plate_axis(self, node):
         """Where ``plate`` is among the axes of the site's value (None without a plate)."""
@@ -305,12 +309,12 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         return node["value"].dim() - node["fn"].event_dim + plate_frame(node, self.plate).dim
 
     def _check_one_layer(self, guide, args, kwargs, sites, replay):
-        """Reruns the guide with the same noise and every relaxed site at another limit value, each
-        of them in turn (every one-hot moved by 1, ..., K - 1 categories; 0 <-> 1): the relaxed
-        sites' logits must not change."""
-        for shift in range(1, max(site.b.shape[-1] if site.n_ary else 2 for site in sites.values())):
-            moved = {name: _moved(site, shift) for name, site in sites.items()}
-            feed = _Draws(lambda name, site: moved[name])
+        """Reruns the guide with the same noise and one relaxed site at a time at another limit value
+        (:func:`_moves`), the others as drawn: the relaxed sites' logits must not change. (Moving
+        every site at once missed a dependence that the joint move leaves alone, such as one site's
+        logits reading whether two others agree: REBAR's and DisARM's gradients were then biased.)"""
+        for moved in _moves(sites):
+            feed = _Draws(lambda name, site, moved=moved: moved.get(name, sites[name].b))
             with torch.no_grad(), poutine.block(), _same_randomness(replay.state):
                 poutine.trace(feed(guide)).get_trace(*args, **kwargs)
             if any(not torch.equal(feed.sites[name].base.logits, site.base.logits.detach()) for name, site in sites.items()):
@@ -366,13 +370,29 @@ def _model_params(model_trace, guide_trace):
     return {name: site["value"] for name, site in model_trace.nodes.items() if site["type"] == "param" and name not in guide_trace.nodes}
 
 
-def _moved(site, shift):
-    """Another limit value at every coordinate: a one-hot moved by ``shift`` categories (mod K), or
-    the other binary value."""
+def _moved(site, shift, where=None):
+    """Another limit value at every coordinate (or those ``where`` is true): a one-hot moved by
+    ``shift`` categories (mod K), or the other binary value."""
     b = site.b
     if site.n_ary:
-        return torch.roll(b, shift, -1)
-    return -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+        moved = torch.roll(b, shift, -1)
+        return moved if where is None else torch.where(where[..., None], moved, b)
+    moved = -b if isinstance(site.base, LogitBinConcrete) else 1 - b
+    return moved if where is None else torch.where(where, moved, b)
+
+
+def _moves(sites):
+    """The values :meth:`_DiscreteGraphLoss._check_one_layer` gives the guide, ``{name: value}``, one
+    site at a time: every coordinate moved by 1, ..., K - 1 categories (0 <-> 1), then every other
+    coordinate (in the order of its elements) moved by one, so that a dependence on whether two
+    coordinates of the site agree is seen too."""
+    for name, site in sites.items():
+        for shift in range(1, site.b.shape[-1] if site.n_ary else 2):
+            yield {name: _moved(site, shift)}
+        shape = site.b.shape[:-1] if site.n_ary else site.b.shape
+        if shape.numel() > 1:
+            alternate = (torch.arange(shape.numel(), device=site.b.device) % 2 == 0).reshape(shape)
+            yield {name: _moved(site, 1, alternate)}
 
 
 class _ControlVariateLoss(_DiscreteGraphLoss):
