@@ -20,3 +20,12 @@ def logits_bounds(eps, largest):
     |logits| / temperature below the square root of the largest float (1.8e19 in float32), so that
     sums of K coordinates and their products with another temperature stay finite."""
     return 2.0 ** (-math.log2(eps) - 9), math.sqrt(largest)
+
+
+def coldest_temperature(tiny, largest):
+    """The smallest temperature accepted under validation in a dtype of smallest normal ``tiny``
+    and largest value ``largest``: a sample's noise reaches -log(tiny) in magnitude (a uniform draw
+    at the smallest normal number), and noise / temperature must stay within the bound on |logits| /
+    temperature (:func:`logits_bounds`), or the samples overflow. With logits of 0 (a uniform
+    prior) only this bound holds the temperature: 1e-40 in float32 gave NaN samples."""
+    return -math.log(tiny) / math.sqrt(largest)

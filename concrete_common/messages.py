@@ -39,6 +39,23 @@ def named_errors(name=None):
 # --------------------------------------------------------------------------- distributions
 
 
+def rounded_temperature_message(temperature, rounded, dtype):
+    """Why a temperature the logits' dtype rounds to 0 or inf is refused (with validation off too)."""
+    return (
+        f"temperature {temperature!r} is {rounded} in {dtype}, the dtype of the logits: pass a temperature "
+        f"that {dtype} holds (or logits of a wider dtype)"
+    )
+
+
+def cold_temperature_message(coldest, least, ratio, dtype):
+    """Why a temperature below :func:`concrete_common.floats.coldest_temperature` is refused."""
+    return (
+        f"temperature must be at least {least:.3g} in {dtype}, found {coldest:g}: a sample's noise reaches "
+        f"{least * ratio:.3g} in magnitude, and noise / temperature must stay below {ratio:.3g} (as |logits| / "
+        "temperature must), or the samples overflow; raise the temperature or use a wider dtype"
+    )
+
+
 def bound_message(largest, coldest, magnitude, ratio, dtype):
     """Why logits beyond :func:`logits_bounds` (``magnitude``, ``ratio``) are refused in ``dtype``."""
     if largest > magnitude:

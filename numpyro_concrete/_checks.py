@@ -20,8 +20,8 @@ import numpy as np
 from numpyro.distributions import Distribution
 from numpyro.util import not_jax_tracer
 
-from concrete_common.floats import logits_bounds
-from concrete_common.messages import bound_message, boundary_probs_message, fail
+from concrete_common.floats import coldest_temperature, logits_bounds
+from concrete_common.messages import bound_message, boundary_probs_message, cold_temperature_message, fail, rounded_temperature_message
 
 from .constraints import (
     open_unit_interval,
@@ -84,13 +84,16 @@ def _check_logits(cls_name, logits, temperature, categorical, dtype):
     constraint = resolvable_real_vector if categorical else resolvable_real
     temperature = _readable(temperature)
     largest = float(np.abs(logits).max())  # NaN if any is NaN
-    coldest = float(temperature.min()) if temperature is not None and temperature.size else math.inf
+    coldest = float(temperature.min().astype(dtype)) if temperature is not None and temperature.size else math.inf
     info = jnp.finfo(dtype)
     magnitude, ratio = logits_bounds(float(info.eps), float(info.max))
-    if np.all(constraint(logits)) and largest <= ratio * coldest:
+    least = coldest_temperature(float(info.tiny), float(info.max))
+    if np.all(constraint(logits)) and largest <= ratio * coldest and coldest >= least:
         return
     if not math.isfinite(largest):
         _explain(cls_name, "logits", logits, constraint)
+    if np.all(constraint(logits)) and largest <= ratio * coldest:  # the logits are fine: the temperature is not
+        fail(cls_name, cold_temperature_message(coldest, least, ratio, jnp.dtype(dtype).name))
     fail(cls_name, bound_message(largest, coldest, magnitude, ratio, jnp.dtype(dtype).name))
 
 
@@ -154,6 +157,10 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     if isinstance(temperature, numbers.Real):
         if not (math.isfinite(temperature) and temperature > 0):
             fail(cls_name, f"temperature must be positive and finite, got {temperature}")
+        with np.errstate(over="ignore"):  # as the array below rounds it, read on the host (beyond the dtype: inf)
+            rounded = float(np.asarray(temperature).astype(logits.dtype))
+        if not (math.isfinite(rounded) and rounded > 0):
+            fail(cls_name, rounded_temperature_message(temperature, rounded, jnp.dtype(logits.dtype).name))
         temperature = jnp.asarray(float(temperature), dtype=logits.dtype)
     else:
         temperature = _as_float_array(temperature, logits.dtype)

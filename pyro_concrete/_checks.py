@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.distributions import Distribution
 
-from concrete_common.floats import logits_bounds
-from concrete_common.messages import bound_message, boundary_probs_message, fail
+from concrete_common.floats import coldest_temperature, logits_bounds
+from concrete_common.messages import bound_message, boundary_probs_message, cold_temperature_message, fail, rounded_temperature_message
 
 from ._tracing import quiet_under_trace
 from .constraints import (
@@ -90,11 +90,14 @@ def _check_logits(cls_name, logits, temperature, categorical):
         coldest = temperature.detach().amin().item() if temperature.numel() else 1.0
     info = torch.finfo(logits.dtype)
     magnitude, ratio = logits_bounds(info.eps, info.max)
-    if largest <= constraint.bound(logits.dtype) and largest <= ratio * coldest:  # constraint.check, one reduction
+    least = coldest_temperature(info.tiny, info.max)
+    if largest <= constraint.bound(logits.dtype) and largest <= ratio * coldest and coldest >= least:  # one reduction
         return
     if not math.isfinite(largest):
         _explain(cls_name, "logits", logits, constraint)
     dtype = str(logits.dtype).replace("torch.", "")
+    if largest <= constraint.bound(logits.dtype) and largest <= ratio * coldest:  # the logits are fine: the temperature is not
+        fail(cls_name, cold_temperature_message(coldest, least, ratio, dtype))
     fail(cls_name, bound_message(largest, coldest, magnitude, ratio, dtype))
 
 
@@ -102,16 +105,17 @@ def _check_logits_in_transform(cls_name, logits, temperature, categorical, const
     """:func:`_check_logits` by tensor comparisons (batched parameters under ``vmap``)."""
     info = torch.finfo(logits.dtype)
     _, ratio = logits_bounds(info.eps, info.max)
+    least = coldest_temperature(info.tiny, info.max)
     size = logits.detach().abs()
     if isinstance(temperature, torch.Tensor):
         temperature = temperature.detach().unsqueeze(-1) if categorical and temperature.dim() else temperature.detach()
-    if torch._is_all_true((size <= constraint.bound(logits.dtype)) & (size <= ratio * temperature)):  # False for NaN
+    if torch._is_all_true((size <= constraint.bound(logits.dtype)) & (size <= ratio * temperature) & (temperature >= least)):  # False for NaN
         return
     dtype = str(logits.dtype).replace("torch.", "")
     fail(
         cls_name,
         f"logits must be finite, with |logits| <= {constraint.bound(logits.dtype):g} and |logits| / temperature <= "
-        f"{ratio:.3g} in {dtype} (inside a torch.func transform: the values are not shown)",
+        f"{ratio:.3g} in {dtype}, and temperature >= {least:.3g} (inside a torch.func transform: the values are not shown)",
     )
 
 
@@ -164,7 +168,10 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
         if not (math.isfinite(temperature) and temperature > 0):
             fail(cls_name, f"temperature must be positive and finite, got {temperature}")
-        temperature = _kernel_number(temperature, logits)
+        number, temperature = temperature, _kernel_number(temperature, logits)
+        rounded = float(temperature)
+        if not (math.isfinite(rounded) and rounded > 0):
+            fail(cls_name, rounded_temperature_message(number, rounded, str(logits.dtype).replace("torch.", "")))
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
         if validate:
@@ -202,6 +209,8 @@ def _kernel_number(temperature, logits):
     scalar arguments, so that no kernel makes a temperature tensor (on a GPU, ``torch.tensor`` of a
     number is a copy from the host that waits for the device) or takes its log -- or, in float16 and
     bfloat16 (which NumPy does not round as torch does), a 0-dim tensor made by a fill."""
+    if temperature > torch.finfo(logits.dtype).max:  # inf in the dtype (refused by the caller), without NumPy's warning
+        return math.inf
     if logits.dtype in _ROUNDING:
         return float(_ROUNDING[logits.dtype](temperature))
     return torch.full((), temperature, dtype=logits.dtype, device=logits.device)

@@ -138,6 +138,29 @@ def test_logits_beyond_what_float32_resolves_raise(backend, name, logits, temper
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "temperature, dtype, validate, message",
+    [
+        (1e-46, "float32", False, r"temperature 1e-46 is 0.0 in float32, the dtype of the logits"),
+        (1e39, "float32", False, r"temperature 1e\+39 is inf in float32, the dtype of the logits"),
+        (1e-8, "float16", False, r"temperature 1e-08 is 0.0 in float16"),
+        (1e-40, "float32", True, r"temperature must be at least 4.73e-18 in float32, found 9.99995e-41"),
+        (np.array(1e-40), "float32", True, r"temperature must be at least 4.73e-18 in float32"),
+        (1e-320, "float64", True, r"temperature must be at least 5.28e-152 in float64"),
+    ],
+    ids=["rounds-to-0", "rounds-to-inf", "float16-0", "subnormal", "subnormal-array", "float64-subnormal"],
+)
+def test_temperatures_the_dtype_does_not_resolve_raise(backend, name, temperature, dtype, validate, message):
+    """The temperature was checked as given, before the logits' dtype rounded it: 1e-46 became 0 in
+    float32, 1e39 inf, and with logits of 0 (a uniform prior, which the ratio bound leaves alone) a
+    temperature of 1e-40 overflowed the samples: NaN samples and log_prob, no error. A number that
+    rounds to 0 or inf is refused with validation off too, as 0 and inf are."""
+    logits = np.zeros(len(_good_logits(name)))
+    with pytest.raises(ValueError, match=rf"{name}: {message}"):
+        backend.make(name, temperature, logits=logits, dtype=dtype, validate_args=validate or None)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_the_logits_bounds_leave_resolvable_cases_alone(backend, name):
     """Logits +-50 at T = 0.01 (the grid's extremes), a mask of -1e4 in float32, 1e12 in float64:
     accepted, and their own samples are scored without NaN."""
