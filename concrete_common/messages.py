@@ -299,3 +299,31 @@ def observed_after_enumeration(site):
         "outside discrete(...): its value is not an index; condition it with the host's condition handler, "
         "or use discrete(..., mode='sample'), which scores an observed value with its discrete mass"
     )
+
+
+def per_element_scale(site, traced=False):
+    """A scale the exact helpers and ``discrete_log_likelihood`` cannot take off the log joint."""
+    return ModelError(
+        f"site {site!r} has a {'traced' if traced else 'per-element'} scale (poutine.scale / handlers.scale): the exact "
+        "helpers and discrete_log_likelihood take one number, common to every site they score"
+    )
+
+
+def different_scales(first, second):
+    """Two sites, (name, scale), scaled differently where one common scale weighs the result."""
+    return ModelError(
+        f"sites {first[0]!r} and {second[0]!r} have different scales (poutine.scale / handlers.scale: {first[1]} "
+        f"and {second[1]}; None is none): the exact discrete graph and its bounds need one scale common to every "
+        "site they score (as Pyro's TraceEnum_ELBO needs one for its enumerated sites), which weighs the result"
+    )
+
+
+def observed_at_infinite_density(site, cls_name):
+    """An observed Concrete-family site whose value (discrete data) has density +inf: the discrete
+    graph's log joint is +inf for every assignment of the latents."""
+    return ModelError(
+        f"site {site!r} ({cls_name}) is observed at a value where its density is infinite (a one-hot or 0/1 "
+        "value: discrete data), so the discrete graph's log joint is +inf for every assignment and nothing can be "
+        f"compared or summed; hold it with given={{{site!r}: value}} (its own density left out) instead of "
+        "conditioning the relaxed site on it"
+    )

@@ -53,10 +53,14 @@ class CommonScale(Messenger):
     sites out of the unscaled factors and scales the result; funsor's ``log_density`` scales each factor
     first (sum_n log sum_z p(x_n, z)^s, not s log p(x)) and ``infer_discrete`` then draws from
     p(z | x)^s normalized. Two different scales there are refused, as Pyro refuses them for enumerated
-    sites (a ModelError); so is a traced or per-element one. Sites held by ``given`` are left alone."""
+    sites (a ModelError); so is a traced or per-element one. Sites held by ``given`` are left alone.
+    ``every_site``: ``discrete_log_likelihood``'s, over every sample site of a model or a guide whose
+    importance weights it averages: the bound of a model scaled by s is s L_m, which rises to
+    s log p(x) as m grows, not log E[w^s], which exceeded it."""
 
-    def __init__(self, fn, given=None):
+    def __init__(self, fn, given=None, every_site=False):
         self.given = set(given or ())
+        self.every_site = every_site  # discrete_log_likelihood's: every site of the model and the guide
         self.scale = None
         self._first = None  # the first scaled or unscaled site: (name, scale)
         super().__init__(fn)
@@ -64,24 +68,17 @@ class CommonScale(Messenger):
     def process_message(self, msg):
         if msg["type"] != "sample" or msg["name"] in self.given:
             return
-        if not (msg["is_observed"] or getattr(msg["fn"], "has_enumerate_support", False)):
+        if not (self.every_site or msg["is_observed"] or getattr(msg["fn"], "has_enumerate_support", False)):
             return  # a continuous latent: held by the caller (given, a posterior sample), never summed
         scale = msg.get("scale")
         if scale is not None and (isinstance(scale, jax.core.Tracer) or np.shape(scale) != ()):
-            raise messages.ModelError(
-                f"site {msg['name']!r} has a {'traced' if isinstance(scale, jax.core.Tracer) else 'per-element'} scale "
-                "(handlers.scale): the exact helpers take one number, common to every observed and discrete site"
-            )
+            raise messages.per_element_scale(msg["name"], traced=isinstance(scale, jax.core.Tracer))
         scale = None if scale is None or float(scale) == 1.0 else float(scale)
         if self._first is None:
             self._first = (msg["name"], scale)
             self.scale = scale
         elif scale != self._first[1]:
-            raise messages.ModelError(
-                f"sites {self._first[0]!r} and {msg['name']!r} have different scales (handlers.scale: "
-                f"{self._first[1]} and {scale}; None is none): the exact discrete graph needs one scale common to "
-                "every observed and discrete site (as Pyro's TraceEnum_ELBO needs one for its enumerated sites)"
-            )
+            raise messages.different_scales(self._first, (msg["name"], scale))
         msg["scale"] = None
 
 
@@ -116,6 +113,25 @@ def check_full_data(trace):
     for site in trace.values():
         if site["type"] == "plate" and site["value"] is not None:
             messages.check_full_plate(site["name"], len(site["value"]), site["args"][0])
+
+
+def check_observed_densities(trace):
+    """An observed Concrete-family site at a value of infinite density (a relaxed site conditioned
+    on a one-hot or 0/1 value) makes the discrete graph's log joint +inf for every assignment:
+    decoded under ``jit`` that was an argmax of ties, index 0, with no error. It raises, from
+    inside ``jit`` by a callback (eagerly, under validation, its ``log_prob`` raises first). Sites
+    held by ``given`` are masked out, density 0."""
+    for site in sample_sites(trace):
+        base = unwrap(site["fn"])[0]
+        if site["is_observed"] and isinstance(base, CONCRETE_FAMILY):
+            error = messages.observed_at_infinite_density(site["name"], type(base).__name__)
+            infinite = jnp.any(site["fn"].log_prob(site["value"]) == jnp.inf)
+            jax.debug.callback(lambda flag, error=error: _raise_if(bool(flag), error), infinite)
+
+
+def _raise_if(flag, error):
+    if flag:
+        raise error
 
 
 def _scanned_sites(trace):

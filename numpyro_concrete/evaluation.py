@@ -12,6 +12,7 @@ import numpyro.infer
 from jax import Array
 from numpyro import handlers
 
+from concrete_common import messages
 from concrete_common.messages import named_errors
 
 from ._traces import (
@@ -19,6 +20,7 @@ from ._traces import (
     check_all_latents_discrete,
     check_full_data,
     check_given,
+    check_observed_densities,
     check_scan,
     importance_bound,
     marginalize,
@@ -69,6 +71,7 @@ def _checked_discrete_trace(model, args, kwargs, given):
     check_given(traced, given)
     check_all_latents_discrete(traced)
     check_full_data(traced)
+    check_observed_densities(traced)
     return traced
 
 
@@ -211,6 +214,15 @@ class Predictive(numpyro.infer.Predictive):
         return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 
+def _common_scale(model, guide):
+    """The scale common to a model's and a guide's sites (:class:`CommonScale`), as a number."""
+    model_scale, guide_scale = model.scale, guide.scale
+    if guide._first is not None and model._first is not None and model_scale != guide_scale:
+        raise messages.different_scales(model._first, guide._first)
+    scale = model_scale if model._first is not None else guide_scale
+    return 1.0 if scale is None else scale
+
+
 @named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(
     model: Callable[..., Any],
@@ -270,9 +282,10 @@ def discrete_log_likelihood(
         check_scan(fn, args, kwargs)
     discretized, hidden, marginals = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
-    guide_d = discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
-    model_d = discrete(model, mode="sample")
+    # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
+    guide_d = CommonScale(discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized), every_site=True)
+    model_d = CommonScale(discrete(model, mode="sample"), given, every_site=True)
     bound = importance_bound(
         model_d, guide_d, key, args, kwargs, num_particles=num_particles, plate=plate, globals_given=True
     )
-    return jax.lax.stop_gradient(bound)
+    return jax.lax.stop_gradient(bound * _common_scale(model_d, guide_d))

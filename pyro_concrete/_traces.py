@@ -12,6 +12,7 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal, TorchDistribution
+from pyro.distributions.torch_distribution import MaskedDistribution
 from pyro.infer.autoguide import AutoContinuous, AutoGuideList
 from pyro.infer.enum import get_importance_trace
 from pyro.nn import PyroModule
@@ -78,7 +79,26 @@ class _GivenMessenger(Messenger):
         if msg["name"] in self.given:
             msg["value"] = _as_value_of(self.given[msg["name"]], msg["fn"])
             msg["is_observed"] = True
-            msg["mask"] = False
+            # masked in the distribution, whose log_prob is then never evaluated: a relaxed site given at
+            # a discrete value (a one-hot, 0 or 1) has no Concrete density, and the site's mask alone
+            # applies after the host has computed it (a ValueError under validation)
+            msg["fn"] = _Held(msg["fn"])
+
+
+class _Held(MaskedDistribution):
+    """``fn.mask(False)``, whose log density is zeros of the value's dtype (Pyro's are the default
+    dtype's: float32 zeros in a float64 model fail in ``TraceEnum_ELBO``)."""
+
+    def __init__(self, base_dist):
+        super().__init__(base_dist, False)
+
+    def expand(self, batch_shape, _instance=None):
+        return _Held(self.base_dist.expand(batch_shape))
+
+    def log_prob(self, value):
+        shape = torch.broadcast_shapes(self.base_dist.batch_shape, value.shape[: value.dim() - self.event_dim])
+        dtype = value.dtype if value.is_floating_point() else torch.get_default_dtype()
+        return torch.zeros((), dtype=dtype, device=value.device).expand(shape)
 
 
 def _as_value_of(value, fn):
@@ -96,6 +116,50 @@ def _as_value_of(value, fn):
 
 def with_given(fn, given):
     return fn if not given else _GivenMessenger(given)(fn)
+
+
+def check_observed_densities(trace):
+    """An observed Concrete-family site at a value of infinite density (a relaxed site conditioned
+    on a one-hot or 0/1 value) makes the discrete graph's log joint +inf for every assignment: with
+    validation off that was an argmax of ties, with no error. It raises (under validation its
+    ``log_prob`` raises first). Sites held by ``given`` are masked out, density 0."""
+    for site in trace.nodes.values():
+        if site["type"] != "sample" or not site["is_observed"]:
+            continue
+        base = unwrap(site["fn"])[0]
+        if isinstance(base, CONCRETE_FAMILY) and bool((site["fn"].log_prob(site["value"]) == float("inf")).any()):
+            raise messages.observed_at_infinite_density(site["name"], type(base).__name__)
+
+
+class CommonScale(Messenger):
+    """Takes the scale (``poutine.scale``) off every sample site of a model or a guide whose
+    importance weights ``discrete_log_likelihood`` averages, and keeps it in ``scale`` (None: none):
+    the bound of a model scaled by s is s L_m, which rises to s log p(x) (``marginal_log_likelihood``)
+    as m grows, not log E[w^s], which exceeded it. Two different scales are refused, and so is a
+    per-element one. Sites held by ``given`` are left alone. (The bound refuses a subsampled plate,
+    so every scale here is the user's.)"""
+
+    def __init__(self, given=None):
+        self.given = set(given or ())
+        self.scale = None
+        self._first = None  # the first site: (name, scale)
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        if msg["name"] in self.given or site_is_subsample(msg):  # a plate's subsample site: no density
+            return
+        scale = msg["scale"]
+        if isinstance(scale, torch.Tensor):
+            if scale.numel() != 1:
+                raise messages.per_element_scale(msg["name"])
+            scale = scale.item()
+        scale = None if scale == 1.0 else float(scale)
+        if self._first is None:
+            self._first = (msg["name"], scale)
+            self.scale = scale
+        elif scale != self._first[1]:
+            raise messages.different_scales(self._first, (msg["name"], scale))
+        msg["scale"] = 1.0
 
 
 def sample_sites(trace):

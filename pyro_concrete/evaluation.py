@@ -12,12 +12,15 @@ from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch import Tensor
 
+from concrete_common import messages
 from concrete_common.messages import named_errors
 
 from ._traces import (
+    CommonScale,
     check_all_latents_discrete,
     check_full_data,
     check_given,
+    check_observed_densities,
     importance_bound,
     marginalize,
     max_plate_nesting,
@@ -79,6 +82,7 @@ def _checked_discrete_trace(model, args, kwargs, given):
     check_given(trace, given)
     check_all_latents_discrete(trace)
     check_full_data(trace)
+    check_observed_densities(trace)
     return trace
 
 
@@ -212,6 +216,15 @@ def _assignment(model, args, kwargs, params, given, temperature):
     }
 
 
+def _common_scale(model, guide):
+    """The scale common to a model's and a guide's sites (:class:`CommonScale`), as a number."""
+    model_scale, guide_scale = model.scale, guide.scale
+    if guide._first is not None and model._first is not None and model_scale != guide_scale:
+        raise messages.different_scales(model._first, guide._first)
+    scale = model_scale if model._first is not None else guide_scale
+    return 1.0 if scale is None else scale
+
+
 @named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(
     model: Callable[..., Any],
@@ -270,9 +283,12 @@ def discrete_log_likelihood(
     model, guide = with_given(with_params(model, params), given), with_params(guide, params)
     discretized, hidden, marginals, nesting = proposal(model, guide, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
-    guide_d = discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)
-    model_d = discrete(model, mode="sample")
+    # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
+    model_scale, guide_scale = CommonScale(given), CommonScale()
+    guide_d = guide_scale(discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized))
+    model_d = model_scale(discrete(model, mode="sample"))
     with torch.no_grad():
-        return importance_bound(
+        bound = importance_bound(
             model_d, guide_d, args, kwargs, num_particles=num_particles, plate=plate, max_plate_nesting=nesting, globals_given=True
         )
+    return bound * _common_scale(model_scale, guide_scale)
