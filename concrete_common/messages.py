@@ -94,7 +94,10 @@ def infinite_density_message(name, boundary, counterpart, untraced=False):
         f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
         f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
         f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
-        "interior value. (With validate_args=False the limit +inf is returned.)"
+        "interior value. A sample of the family copied or changed on its way here (indexed, gathered by "
+        "MixtureSameFamily, through a transform) is scored from its values too, and an underflowed one lands "
+        "here: score the sample the distribution drew, or draw in log space (ExpConcrete, LogitBinConcrete). "
+        "(With validate_args=False the limit +inf is returned.)"
     )
     if untraced:
         message += (

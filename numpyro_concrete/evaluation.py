@@ -209,7 +209,9 @@ class Predictive(numpyro.infer.Predictive):
     def _relaxed_sites(self, rng_key, args, kwargs):
         """The names of the model's Concrete-family sites: the guide's draws of them (an autoguide's
         transformed Normal or Delta) are hidden, so that they are drawn, and returned, as the others."""
-        params = self.params if self.batch_ndims == 0 else jax.tree_util.tree_map(lambda x: x[0], self.params)
+        # batched over their first axis where the host batches them: batch_ndims 1, with a guide
+        batched = self.batch_ndims != 0 and self.params and self.guide is not None
+        params = jax.tree_util.tree_map(lambda x: x[0], self.params) if batched else self.params
         traced = trace(handlers.substitute(self._relaxed_model, data=params), rng_key, args, kwargs)
         return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 

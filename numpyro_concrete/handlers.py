@@ -12,10 +12,12 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+import numbers
 from typing import Any, Callable, Iterable, Optional, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.primitives import _PYRO_STACK, Messenger
@@ -232,7 +234,8 @@ class RelaxMessenger(Messenger):
     def __init__(
         self, fn: Optional[Callable[..., Any]] = None, temperature: Any = None, sites: Optional[Union[str, Iterable[str]]] = None
     ) -> None:
-        if not (callable(temperature) or isinstance(temperature, (dict, int, float, jax.Array))):
+        # any real number (NumPy's float32 too) or array; a bool is not a temperature
+        if isinstance(temperature, bool) or not (callable(temperature) or isinstance(temperature, (dict, numbers.Real, np.ndarray, jax.Array))):
             raise ValueError(
                 f"relax: temperature must be a number, a dict by site name or a callable of the site, got {temperature!r}"
             )

@@ -209,7 +209,7 @@ def _kernel_number(temperature, logits):
     scalar arguments, so that no kernel makes a temperature tensor (on a GPU, ``torch.tensor`` of a
     number is a copy from the host that waits for the device) or takes its log -- or, in float16 and
     bfloat16 (which NumPy does not round as torch does), a 0-dim tensor made by a fill."""
-    if temperature > torch.finfo(logits.dtype).max:  # inf in the dtype (refused by the caller), without NumPy's warning
+    if float(temperature) > torch.finfo(logits.dtype).max:  # inf in the dtype (refused by the caller), without NumPy's warning
         return math.inf
     if logits.dtype in _ROUNDING:
         return float(_ROUNDING[logits.dtype](temperature))

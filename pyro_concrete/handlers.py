@@ -12,8 +12,10 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+import numbers
 from typing import Any, Callable, Iterable, Optional, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pyro import distributions as dist
@@ -221,7 +223,8 @@ class RelaxMessenger(Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
     def __init__(self, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None) -> None:
-        if not (callable(temperature) or isinstance(temperature, (dict, int, float, torch.Tensor))):
+        # any real number (NumPy's float32 too) or array; a bool is not a temperature
+        if isinstance(temperature, bool) or not (callable(temperature) or isinstance(temperature, (dict, numbers.Real, np.ndarray, torch.Tensor))):
             raise ValueError(
                 f"relax: temperature must be a number, a dict by site name or a callable of the site, got {temperature!r}"
             )

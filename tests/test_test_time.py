@@ -419,6 +419,17 @@ def test_sites_filter(backend):
     assert float(sites["flip"].value) == 1.0  # logits 0.2 > 0: the mode
 
 
+def test_relax_takes_any_real_number_or_array_as_temperature(backend):
+    """NumPy's float32 and 0-d arrays are numbers too (they were refused as "not a number"); a bool
+    is not a temperature."""
+    model, x = written_discrete(backend), backend.array(DATA)
+    for temperature in (np.float32(0.5), np.float64(0.5), np.array(0.5), backend.array(0.5)):
+        sites = backend.run(backend.lib.relax(model, temperature=temperature, sites=["z"]), x, seed=7).sites
+        assert sites["z"].fn == "Concrete" and sites["flip"].fn == "Bernoulli", temperature
+    with pytest.raises(ValueError, match="relax: temperature must be a number"):
+        backend.lib.relax(model, temperature=True)
+
+
 def test_misuse_raises_a_clear_error(backend):
     model, x = mixture(backend, "Concrete"), backend.array(DATA)
     with pytest.raises(ValueError, match="outside the inference handlers"):
@@ -857,6 +868,25 @@ def test_predictive_with_infer_discrete_and_posterior_samples_of_the_relaxed_sit
     locs = MEANS[True] + np.array([[0.0, 0.0, 0.0], [1.0, -1.0, 0.5]])
     posterior = {"locs": locs, "z": np.full((2, n, 3), 1 / 3)}
     draws = backend.predictive(model, backend.array(np.full(n, 0.5)), posterior_samples=posterior, return_sites=["z"], infer_discrete=True, seed=3)
+    _assert_exact_posterior_draws(backend.numpy(draws["z"]), locs, n)
+
+
+def test_predictive_with_infer_discrete_and_params_without_a_guide(backend):
+    """The model's logits a parameter, passed in ``params`` beside posterior samples and no guide:
+    NumPyro took the first row of every parameter (as if batched, which the host does only with a
+    guide), and the logits became a scalar: a ValueError about the user's logits."""
+    n = 2000
+
+    def model(x):
+        logits = backend.param("logits", np.zeros(3))
+        locs = backend.site("locs", backend.normal(backend.array(MEANS[True]), 1.0).to_event(1))
+        with backend.plate("data", n):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal(z @ locs, 1.0), obs=x)
+
+    locs = MEANS[True] + np.array([[0.0, 0.0, 0.0], [1.0, -1.0, 0.5]])
+    draws = backend.predictive(model, backend.array(np.full(n, 0.5)), posterior_samples={"locs": locs}, params={"logits": LOGITS[True]},
+                               return_sites=["z"], infer_discrete=True, seed=3)
     _assert_exact_posterior_draws(backend.numpy(draws["z"]), locs, n)
 
 

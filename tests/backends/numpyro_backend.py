@@ -268,13 +268,15 @@ class Backend:
     def sample_assignment(self, model, *args, given=None, seed=0):
         return self.lib.sample_assignment(model, *args, given=given, rng_key=jax.random.PRNGKey(seed))
 
-    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0):
+    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0, params=None):
+        """``params``: parameter values (NumPyro's Predictive's ``params``)."""
         if posterior_samples is not None:
             posterior_samples = {name: self.array(value) for name, value in posterior_samples.items()}
         elif num_samples is None:
             num_samples = 1
+        params = {name: self.array(value) for name, value in (params or {}).items()}
         predictive = self.lib.Predictive(
-            model, posterior_samples, guide=guide, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete
+            model, posterior_samples, guide=guide, params=params, num_samples=num_samples, return_sites=return_sites, infer_discrete=infer_discrete
         )
         return predictive(jax.random.PRNGKey(seed), *args)
 

@@ -256,8 +256,11 @@ class Backend:
         pyro.set_rng_seed(seed)
         return self.lib.sample_assignment(model, *args, given=given)
 
-    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0):
+    def predictive(self, model, *args, guide=None, posterior_samples=None, num_samples=None, return_sites=None, infer_discrete=False, seed=0, params=None):
+        """``params``: parameter values, put in the param store (Pyro's Predictive reads them there)."""
         pyro.set_rng_seed(seed)
+        for name, value in (params or {}).items():
+            pyro.get_param_store()[name] = self.array(value)
         if posterior_samples is not None:
             posterior_samples = {name: self.array(value) for name, value in posterior_samples.items()}
         elif num_samples is None:
