@@ -126,7 +126,7 @@ def check_observed_densities(trace):
         if site["is_observed"] and isinstance(base, CONCRETE_FAMILY):
             error = messages.observed_at_infinite_density(site["name"], type(base).__name__)
             infinite = jnp.any(site["fn"].log_prob(site["value"]) == jnp.inf)
-            jax.debug.callback(lambda flag, error=error: _raise_if(bool(flag), error), infinite)
+            jax.debug.callback(lambda flag, error=error: _raise_if(bool(np.any(flag)), error), infinite)
 
 
 def _raise_if(flag, error):
