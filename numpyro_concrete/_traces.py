@@ -131,7 +131,22 @@ def check_observed_densities(trace):
 
 def _raise_if(flag, error):
     if flag:
+        RAISED_IN_CALLBACKS.append(error)  # for the helper that ran the compiled code: see reraise_from_callbacks
         raise error
+
+
+# the errors a callback raised inside compiled code, which reach the caller as a JaxRuntimeError
+RAISED_IN_CALLBACKS: list = []
+
+
+def reraise_from_callbacks(error):
+    """Raise the ModelError that a callback raised inside the compiled code ``error`` (a
+    JaxRuntimeError) came from, so that the helper names it as eager code would; else ``error``."""
+    if RAISED_IN_CALLBACKS:
+        raised = RAISED_IN_CALLBACKS.pop()
+        RAISED_IN_CALLBACKS.clear()
+        raise raised from None
+    raise error
 
 
 def _scanned_sites(trace):

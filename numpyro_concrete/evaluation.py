@@ -26,6 +26,7 @@ from ._traces import (
     marginalize,
     max_plate_nesting,
     proposal,
+    reraise_from_callbacks,
     sample_sites,
     trace,
     with_given,
@@ -152,9 +153,11 @@ def _compiled_if_possible(fn, arrays, args, kwargs):
 
     array_leaves = [leaf for leaf, a in zip(leaves, is_array) if a]
     try:
-        return jax.jit(run)(arrays, array_leaves)
+        return jax.block_until_ready(jax.jit(run)(arrays, array_leaves))  # a callback's error surfaces here
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
         return run(arrays, array_leaves)
+    except jax.errors.JaxRuntimeError as error:
+        reraise_from_callbacks(error)
 
 
 def _is_relaxed_sample(msg):

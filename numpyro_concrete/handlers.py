@@ -100,7 +100,9 @@ def _index_distribution(base):
     """
     dtype = base.logits.dtype
     if isinstance(base, ONE_HOT):  # a one-hot site of the model's own: NumPyro enumerates it as an index
-        return dist.CategoricalLogits(base.logits), lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
+        # by the parameter it was given: probs with a 0 are logits of -inf, which CategoricalLogits refuses
+        index = dist.CategoricalProbs(base.probs) if "probs" in vars(base) else dist.CategoricalLogits(base.logits)
+        return index, lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -155,9 +157,10 @@ class DiscreteMessenger(Messenger):
         )
 
     def process_message(self, msg: dict) -> None:
+        if msg["type"] == "sample":  # filled again below if the site is enumerated in this run
+            self.index_to_value.pop(msg["name"], None)
         if not _selected(msg, self.sites):
             return
-        self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         base, wrappers = unwrap(msg["fn"])
         enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg)
         if enumerated and isinstance(base, ONE_HOT):

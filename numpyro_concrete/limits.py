@@ -44,6 +44,7 @@ class OneHotCategorical(ValidatedValues, Distribution):
     """A categorical distribution over one-hot vectors; ``mode`` is the one-hot argmax of the logits."""
 
     arg_constraints = {"logits": constraints.real_vector, "probs": constraints.simplex}
+    pytree_data_fields = ("logits", "probs")  # both lazy properties: named, or the pytree would hold neither
     support = concrete_constraints.one_hot
     has_enumerate_support = True
 
@@ -51,22 +52,33 @@ class OneHotCategorical(ValidatedValues, Distribution):
         self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
     ) -> None:
         _exactly_one(type(self).__name__, probs, logits)
+        # the parameter given is the one validated (the other is lazy, as the host's CategoricalProbs
+        # has it): probs with a 0 are logits of -inf, which the logits' constraint would refuse
         if probs is not None:
             self.probs = jnp.asarray(probs)
-            logits = jnp.log(self.probs)
-        self.logits = jnp.asarray(logits)
-        shape = jnp.shape(self.logits)
+            shape = jnp.shape(self.probs)
+        else:
+            self.logits = jnp.asarray(logits)
+            shape = jnp.shape(self.logits)
         super().__init__(shape[:-1], shape[-1:], validate_args=validate_args)
+        self.logits = self.logits  # held from here on, validated or not (the pytree's leaves)
 
     @lazy_property
     def probs(self) -> Array:
         return jax.nn.softmax(self.logits, axis=-1)
 
+    @lazy_property
+    def logits(self) -> Array:
+        return jnp.log(self.probs)
+
     def expand(self, batch_shape: tuple[int, ...]) -> Distribution:
         batch_shape = tuple(batch_shape)
         if batch_shape == self.batch_shape:
             return self
-        return type(self)(logits=jnp.broadcast_to(self.logits, batch_shape + self.event_shape), validate_args=self._validate_args)
+        shape = batch_shape + self.event_shape
+        if "probs" in self.__dict__:
+            return type(self)(probs=jnp.broadcast_to(self.probs, shape), validate_args=self._validate_args)
+        return type(self)(logits=jnp.broadcast_to(self.logits, shape), validate_args=self._validate_args)
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> Array:
         index = jax.random.categorical(key, self.logits, shape=sample_shape + self.batch_shape)

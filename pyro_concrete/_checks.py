@@ -168,10 +168,10 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     if isinstance(temperature, numbers.Real) and not isinstance(temperature, bool):
         if not (math.isfinite(temperature) and temperature > 0):
             fail(cls_name, f"temperature must be positive and finite, got {temperature}")
-        number, temperature = temperature, _kernel_number(temperature, logits)
-        rounded = float(temperature)
+        rounded = _rounded(temperature, logits.dtype)
         if not (math.isfinite(rounded) and rounded > 0):
-            fail(cls_name, rounded_temperature_message(number, rounded, str(logits.dtype).replace("torch.", "")))
+            fail(cls_name, rounded_temperature_message(temperature, rounded, str(logits.dtype).replace("torch.", "")))
+        temperature = _kernel_number(temperature, logits)
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
         if validate:
@@ -204,13 +204,23 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
 _ROUNDING = {torch.float32: np.float32, torch.float64: np.float64}
 
 
+def _rounded(number, dtype):
+    """``number`` as ``dtype`` rounds it, read in Python (no tensor: under torch.compile a tensor's
+    value would be a data-dependent guard, on a GPU a wait): exact for float32 and float64; for the
+    half dtypes, 0 below half the smallest subnormal and inf beyond the largest value, else itself."""
+    info = torch.finfo(dtype)
+    if float(number) > info.max:
+        return math.inf
+    if dtype in _ROUNDING:
+        return float(_ROUNDING[dtype](number))
+    return 0.0 if float(number) <= info.tiny * info.eps / 2 else float(number)
+
+
 def _kernel_number(temperature, logits):
     """A number as the kernels read it: rounded to the logits' dtype, as a Python float -- torch's
     scalar arguments, so that no kernel makes a temperature tensor (on a GPU, ``torch.tensor`` of a
     number is a copy from the host that waits for the device) or takes its log -- or, in float16 and
     bfloat16 (which NumPy does not round as torch does), a 0-dim tensor made by a fill."""
-    if float(temperature) > torch.finfo(logits.dtype).max:  # inf in the dtype (refused by the caller), without NumPy's warning
-        return math.inf
     if logits.dtype in _ROUNDING:
         return float(_ROUNDING[logits.dtype](temperature))
     return torch.full((), temperature, dtype=logits.dtype, device=logits.device)

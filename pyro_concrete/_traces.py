@@ -133,7 +133,9 @@ def check_observed_densities(trace):
 
 class CommonScale(Messenger):
     """Takes the scale (``poutine.scale``) off every sample site of a model or a guide whose
-    importance weights ``discrete_log_likelihood`` averages, and keeps it in ``scale`` (None: none):
+    importance weights ``discrete_log_likelihood`` averages (NumPyro's ``CommonScale(...,
+    every_site=True)``; Pyro's other exact helpers leave the scale to ``TraceEnum_ELBO``, which
+    sums the unscaled factors and scales the result), and keeps it in ``scale`` (None: none):
     the bound of a model scaled by s is s L_m, which rises to s log p(x) (``marginal_log_likelihood``)
     as m grows, not log E[w^s], which exceeded it. Two different scales are refused, and so is a
     per-element one. Sites held by ``given`` are left alone. (The bound refuses a subsampled plate,
@@ -146,11 +148,12 @@ class CommonScale(Messenger):
         super().__init__()
 
     def _pyro_sample(self, msg):
-        if msg["name"] in self.given or site_is_subsample(msg):  # a plate's subsample site: no density
+        # a plate's subsample site and pyro.deterministic's (a masked Delta) hold no density
+        if msg["name"] in self.given or site_is_subsample(msg) or msg["infer"].get("_deterministic"):
             return
         scale = msg["scale"]
         if isinstance(scale, torch.Tensor):
-            if scale.numel() != 1:
+            if scale.dim() != 0:  # as NumPyro's: one number
                 raise messages.per_element_scale(msg["name"])
             scale = scale.item()
         scale = None if scale == 1.0 else float(scale)

@@ -145,9 +145,9 @@ class DiscreteMessenger(Messenger):
         return any(isinstance(h, ConditionMessenger) and name in h.data for h in outer)
 
     def _pyro_sample(self, msg):
+        self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if not _selected(msg, self.sites):
             return
-        self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         base, wrappers = unwrap(msg["fn"])
         enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg["name"])
         if enumerated and isinstance(base, ONE_HOT):

@@ -79,6 +79,27 @@ def test_compiled_log_prob_of_an_own_sample_is_one_graph_with_eager_values(name,
         torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-5 * expected_grad.abs().max().item())
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits_are_one_graph(dtype, no_recompilation):
+    """A number temperature with float16 / bfloat16 logits: its check against the dtype's range reads
+    the number in Python, not the 0-dim tensor the kernels take (a data-dependent guard that broke
+    the graph, and a wait on a GPU), with eager's values."""
+
+    def score(logits):
+        d = pc.Concrete(0.5, logits=logits, validate_args=False)
+        x = d.rsample()
+        return d.log_prob(x), x
+
+    compiled = torch.compile(score, fullgraph=True, backend="aot_eager")
+    logits = (0.5 * torch.randn((16, 4), generator=torch.Generator().manual_seed(0))).to(dtype)
+    torch.manual_seed(1)
+    expected, x = score(logits)
+    torch.manual_seed(1)
+    got, got_x = compiled(logits)
+    torch.testing.assert_close(got_x, x, rtol=0, atol=0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 def test_inductor_compiles_the_underflowing_case_to_finite_eager_values(no_recompilation):
     """The default compiler (generated kernels): with torch's own random numbers
     (``fallback_random``) the sample is eager's to float32 rounding, its density finite and eager's to

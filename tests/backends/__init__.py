@@ -32,7 +32,7 @@ An adapter provides:
                                     (fn, static) when ``static`` is given (module-level fn)
 ``jacobian(fn, u)``                 Jacobian matrix of a vector function
 ``biject_to(constraint)``           the PPL's biject_to
-``site(name, d, obs=None)``, ``param(name, init, dtype, like)``
+``site(name, d, obs=None)``, ``param(name, init, dtype, like)``, ``deterministic(name, value)``
                                     ``pyro.sample``/``numpyro.sample`` and ``param`` (on the device of
                                     the array ``like``, if given)
 ``trace_guide_then_model(guide_dist, model_dist, seed)``

@@ -184,6 +184,9 @@ class Backend:
 
     # ------------------------------------------------------------------ models and handlers
 
+    def deterministic(self, name, value):
+        return numpyro.deterministic(name, value)
+
     def plate(self, name, size, subsample_size=None, dim=None):
         return numpyro.plate(name, size, subsample_size=subsample_size, dim=dim)
 

@@ -177,6 +177,9 @@ class Backend:
 
     # ------------------------------------------------------------------ models and handlers
 
+    def deterministic(self, name, value):
+        return pyro.deterministic(name, value)
+
     def plate(self, name, size, subsample_size=None, dim=None):
         return pyro.plate(name, size, subsample_size=subsample_size, dim=dim)
 
