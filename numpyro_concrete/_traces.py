@@ -46,6 +46,20 @@ class _GivenMessenger(Messenger):
             msg["fn"] = msg["fn"].mask(False)
 
 
+class SummedWithPriorMasses(Messenger):
+    """Outside ``config_enumerate``: drops the mask of every latent site marked for parallel
+    enumeration, the model's own ``Bernoulli`` / ``Categorical`` too, so that each is summed out with
+    its prior masses as ``discrete(mode="enumerate")`` sums a Concrete-family site (a data point
+    masked out entirely contributes 0; funsor's ``log_density`` gave a masked latent mass 1 at every
+    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed)."""
+
+    def process_message(self, msg):
+        if msg["type"] != "sample" or msg["is_observed"] or (msg["infer"] or {}).get("enumerate") != "parallel":
+            return
+        base, wrappers = unwrap(msg["fn"])
+        msg["fn"] = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
+
+
 class CommonScale(Messenger):
     """Takes the scale (``handlers.scale``) off the sites whose densities the exact helpers sum or
     draw over -- the observed sites and the discrete ones -- and keeps it in ``scale`` (None: none):

@@ -17,6 +17,7 @@ from concrete_common.messages import named_errors
 
 from ._traces import (
     CommonScale,
+    SummedWithPriorMasses,
     check_all_latents_discrete,
     check_full_data,
     check_given,
@@ -60,7 +61,7 @@ def marginal_log_likelihood(
     check_scan(model, args, kwargs)
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
-    enumerated = config_enumerate(unscaled)  # the model's own discrete sites too
+    enumerated = SummedWithPriorMasses(config_enumerate(unscaled))  # the model's own discrete sites too
     log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
     return log_joint if unscaled.scale is None else unscaled.scale * log_joint
 
@@ -125,7 +126,9 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         nesting = max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given))
         swap = DiscreteMessenger(conditioned, mode="enumerate")
         unscaled = CommonScale(swap, given)  # p(z | x), not p(z | x)^s normalized
-        decoded = infer_discrete(config_enumerate(unscaled), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
+        decoded = infer_discrete(
+            SummedWithPriorMasses(config_enumerate(unscaled)), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key
+        )
         traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {

@@ -131,6 +131,21 @@ def check_observed_densities(trace):
             raise messages.observed_at_infinite_density(site["name"], type(base).__name__)
 
 
+class SummedWithPriorMasses(Messenger):
+    """Outside ``config_enumerate``: drops the mask of every latent site marked for parallel
+    enumeration, the model's own ``Bernoulli`` / ``Categorical`` too, so that each is summed out with
+    its prior masses as ``discrete(mode="enumerate")`` sums a Concrete-family site (a data point
+    masked out entirely contributes 0; Pyro's ``TraceEnum_ELBO`` gave a masked latent mass 1 at every
+    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed)."""
+
+    def _pyro_sample(self, msg):
+        if msg["is_observed"] or (msg["infer"] or {}).get("enumerate") != "parallel":
+            return
+        base, wrappers = unwrap(msg["fn"])
+        msg["fn"] = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
+        msg["mask"] = None
+
+
 class CommonScale(Messenger):
     """Takes the scale (``poutine.scale``) off every sample site of a model or a guide whose
     importance weights ``discrete_log_likelihood`` averages (NumPyro's ``CommonScale(...,

@@ -17,6 +17,7 @@ from concrete_common.messages import named_errors
 
 from ._traces import (
     CommonScale,
+    SummedWithPriorMasses,
     check_all_latents_discrete,
     check_full_data,
     check_given,
@@ -54,7 +55,7 @@ def marginal_log_likelihood(
     model = with_given(with_params(model, params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting(trace))
-    enumerated = config_enumerate(discrete(model, mode="enumerate"))  # the model's own discrete sites too
+    enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
     try:
         return -elbo.differentiable_loss(enumerated, no_guide, *args, **kwargs)
     except ValueError as error:  # raised when no parameter requires a gradient
@@ -205,7 +206,7 @@ def _assignment(model, args, kwargs, params, given, temperature):
     with torch.no_grad(), poutine.block():
         swap = DiscreteMessenger(mode="enumerate")
         decoded = infer_discrete(
-            config_enumerate(swap(model)), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
+            SummedWithPriorMasses()(config_enumerate(swap(model))), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
         )
         trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap.index_to_value

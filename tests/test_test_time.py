@@ -552,6 +552,29 @@ def test_a_model_written_with_the_discrete_one_hot_is_evaluated_as_written(backe
     np.testing.assert_array_equal(backend.numpy(best["z"]), np.eye(3)[_brute_force("Concrete").argmax(1)])
 
 
+def test_a_masked_discrete_latent_of_the_model_is_summed_with_its_prior_masses(backend):
+    """The model's own Bernoulli, masked with its observation: a data point masked out entirely
+    contributes 0, as the same point of a Concrete-family site does, so that a model and its
+    ``discrete(relax(model))`` agree. The host's enumeration gave the masked latent mass 1 at each
+    value (log 2 per masked point), and the two disagreed."""
+    keep = np.arange(N) % 3 > 0
+    means = backend.array(MEANS[False])
+
+    def model(x):
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(LOGITS[False])).mask(backend.array(keep, "bool")))
+            with backend.mask(keep):
+                backend.site("x", backend.normal(means[0] + z * (means[1] - means[0]), 1.0), obs=x)
+
+    expected = logsumexp(_brute_force("BinConcrete")[keep], axis=1).sum()
+    x = backend.array(DATA)
+    for fn in (model, backend.lib.relax(model, temperature=0.5)):
+        actual = float(backend.numpy(backend.lib.marginal_log_likelihood(fn, x)))
+        np.testing.assert_allclose(actual, expected, rtol=1e-9)
+    best = backend.numpy(backend.lib.map_assignment(model, x)["z"])
+    np.testing.assert_array_equal(best[keep], _brute_force("BinConcrete")[keep].argmax(1))
+
+
 def test_a_discrete_one_hot_with_a_category_of_probability_zero(backend):
     """``limits.OneHotCategorical(probs=[0, p, 1 - p])``: the category of probability 0 is never
     chosen. NumPyro's checked the logits it derived, log 0 = -inf, and refused the user's probs
