@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
+from concrete_common import evaluating
+
 
 def uniform(key, shape, dtype):
     """U ~ Uniform(0, 1) strictly inside (0, 1).
@@ -43,8 +45,14 @@ def logistic(key, shape, dtype):
 # ----------------------------------------------------------------------------- n-ary Concrete
 
 
-@functools.partial(jax.jit, static_argnums=3)
 def exp_concrete_sample(key, logits, temperature, shape):
+    """:func:`_exp_concrete_sample`, refused where an exact helper runs the discrete graph."""
+    evaluating.check_no_relaxed_draw("ExpConcrete")
+    return _exp_concrete_sample(key, logits, temperature, shape)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _exp_concrete_sample(key, logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
     scores = (logits + gumbel(key, shape, logits.dtype)) / temperature[..., None]
     return jax.nn.log_softmax(scores, axis=-1)
@@ -133,8 +141,14 @@ def concrete_log_prob_at_boundary(y, logits, temperature):
 # ----------------------------------------------------------------------------- binary Concrete
 
 
-@functools.partial(jax.jit, static_argnums=3)
 def logit_bin_concrete_sample(key, logits, temperature, shape):
+    """:func:`_logit_bin_concrete_sample`, refused where an exact helper runs the discrete graph."""
+    evaluating.check_no_relaxed_draw("BinConcrete")
+    return _logit_bin_concrete_sample(key, logits, temperature, shape)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _logit_bin_concrete_sample(key, logits, temperature, shape):
     """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
     return (logits + logistic(key, shape, logits.dtype)) / temperature
 

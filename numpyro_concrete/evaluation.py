@@ -12,7 +12,7 @@ import numpyro.infer
 from jax import Array
 from numpyro import handlers
 
-from concrete_common import messages
+from concrete_common import evaluating, messages
 from concrete_common.messages import named_errors
 
 from ._traces import (
@@ -62,14 +62,16 @@ def marginal_log_likelihood(
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
     enumerated = SummedWithPriorMasses(config_enumerate(unscaled))  # the model's own discrete sites too
-    log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
+    with evaluating.discrete_graph("marginal_log_likelihood"):
+        log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
     return log_joint if unscaled.scale is None else unscaled.scale * log_joint
 
 
 def _checked_discrete_trace(model, args, kwargs, given):
     """A trace of the model's discrete graph, after the checks of the exact helpers: ``given`` names
     sites of the model, every latent is enumerable, and no plate subsamples."""
-    traced = trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
+    with evaluating.discrete_graph("the exact helper"):
+        traced = trace(discrete(model, mode="enumerate"), jax.random.PRNGKey(0), args, kwargs)
     check_given(traced, given)
     check_all_latents_discrete(traced)
     check_full_data(traced)
@@ -129,7 +131,8 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         decoded = infer_discrete(
             SummedWithPriorMasses(config_enumerate(unscaled)), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key
         )
-        traced = handlers.trace(decoded).get_trace(*args, **kwargs)
+        with evaluating.discrete_graph("the decoding"):
+            traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {
             site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])

@@ -15,6 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from concrete_common import evaluating
+
 from ._tracing import quiet_under_trace
 
 
@@ -73,6 +75,7 @@ def log_softmax(scores):
 
 def exp_concrete_sample(logits, temperature, shape):
     """Y_k = (log a_k + G_k)/t - logsumexp_i((log a_i + G_i)/t) (appendix C.3): a point of log Δ."""
+    evaluating.check_no_relaxed_draw("ExpConcrete")
     scores = (logits + gumbel(shape, logits)) / _per_category(temperature)
     return log_softmax(scores)
 
@@ -155,6 +158,7 @@ def concrete_log_prob_at_boundary(y, logits, temperature):
 
 def logit_bin_concrete_sample(logits, temperature, shape):
     """Y = (log a + L)/t (eq. 26): the logit of a BinConcrete sample."""
+    evaluating.check_no_relaxed_draw("BinConcrete")
     return (logits + logistic(shape, logits)) / temperature
 
 

@@ -12,7 +12,7 @@ from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch import Tensor
 
-from concrete_common import messages
+from concrete_common import evaluating, messages
 from concrete_common.messages import named_errors
 
 from ._traces import (
@@ -57,12 +57,15 @@ def marginal_log_likelihood(
     elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting(trace))
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
     try:
-        return -elbo.differentiable_loss(enumerated, no_guide, *args, **kwargs)
+        with evaluating.discrete_graph("marginal_log_likelihood"):
+            return -elbo.differentiable_loss(enumerated, no_guide, *args, **kwargs)
     except ValueError as error:  # raised when no parameter requires a gradient
         if "cannot be differentiated" not in str(error):
             raise
         like = _observed_value(trace)
-        return torch.tensor(-elbo.loss(enumerated, no_guide, *args, **kwargs), dtype=like.dtype, device=like.device)
+        with evaluating.discrete_graph("marginal_log_likelihood"):
+            loss = elbo.loss(enumerated, no_guide, *args, **kwargs)
+        return torch.tensor(-loss, dtype=like.dtype, device=like.device)
 
 
 def _observed_value(trace):
@@ -78,7 +81,7 @@ def _observed_value(trace):
 def _checked_discrete_trace(model, args, kwargs, given):
     """A trace of the model's discrete graph, after the checks of the exact helpers: ``given`` names
     sites of the model, every latent is enumerable, and no plate subsamples."""
-    with torch.no_grad(), poutine.block():
+    with torch.no_grad(), poutine.block(), evaluating.discrete_graph("the exact helper"):
         trace = poutine.trace(discrete(model, mode="enumerate")).get_trace(*args, **kwargs)
     check_given(trace, given)
     check_all_latents_discrete(trace)
@@ -208,7 +211,8 @@ def _assignment(model, args, kwargs, params, given, temperature):
         decoded = infer_discrete(
             SummedWithPriorMasses()(config_enumerate(swap(model))), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
         )
-        trace = poutine.trace(decoded).get_trace(*args, **kwargs)
+        with evaluating.discrete_graph("the decoding"):
+            trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap.index_to_value
     return {
         site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])

@@ -575,6 +575,16 @@ def test_a_masked_discrete_latent_of_the_model_is_summed_with_its_prior_masses(b
     np.testing.assert_array_equal(best[keep], _brute_force("BinConcrete")[keep].argmax(1))
 
 
+@pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment"])
+def test_a_relaxed_site_hidden_from_the_helper_raises(backend, helper):
+    """``block(model, hide=["z"])``: the helper's swap to the discrete limit never sees z, which drew
+    a relaxed sample: the marginal was log p(x | one random relaxed z) (-5.3, -14.0, -4.7 over three
+    seeds where log p(x) is -5.9), and Pyro's MAP an empty dict, with no error."""
+    model = backend.block(mixture(backend, "Concrete"), hide=["z"])
+    with pytest.raises(ValueError, match=rf"{helper}: a Concrete-family distribution drew a relaxed sample .* while the model's discrete graph"):
+        backend.in_seed(lambda: getattr(backend.lib, helper)(model, backend.array(DATA)))
+
+
 def test_a_discrete_one_hot_with_a_category_of_probability_zero(backend):
     """``limits.OneHotCategorical(probs=[0, p, 1 - p])``: the category of probability 0 is never
     chosen. NumPyro's checked the logits it derived, log 0 = -inf, and refused the user's probs

@@ -33,8 +33,10 @@ An adapter provides:
 ``jacobian(fn, u)``                 Jacobian matrix of a vector function
 ``biject_to(constraint)``           the PPL's biject_to
 ``site(name, d, obs=None)``, ``param(name, init, dtype, like)``, ``deterministic(name, value)``
-                                    ``pyro.sample``/``numpyro.sample`` and ``param`` (on the device of
-                                    the array ``like``, if given)
+                                    ``pyro.sample``/``numpyro.sample``, ``param`` (on the device of
+                                    the array ``like``, if given) and ``deterministic``
+``block(fn, hide)``, ``in_seed(fn, seed)``
+                                    the PPL's block handler; ``fn()`` under a seed
 ``trace_guide_then_model(guide_dist, model_dist, seed)``
                                     draw site "z" from a guide, replay it into a model: returns
                                     (value, uniforms, guide log_prob, model log_prob)

@@ -184,6 +184,14 @@ class Backend:
 
     # ------------------------------------------------------------------ models and handlers
 
+    def block(self, fn, hide):
+        return handlers.block(fn, hide=hide)
+
+    def in_seed(self, fn, seed=0):
+        """``fn()`` under a seed (NumPyro's ``handlers.seed``; Pyro's global one)."""
+        with handlers.seed(rng_seed=seed):
+            return fn()
+
     def deterministic(self, name, value):
         return numpyro.deterministic(name, value)
 

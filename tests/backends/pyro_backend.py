@@ -177,6 +177,14 @@ class Backend:
 
     # ------------------------------------------------------------------ models and handlers
 
+    def block(self, fn, hide):
+        return poutine.block(fn, hide=hide)
+
+    def in_seed(self, fn, seed=0):
+        """``fn()`` under a seed (NumPyro's ``handlers.seed``; Pyro's global one)."""
+        pyro.set_rng_seed(seed)
+        return fn()
+
     def deterministic(self, name, value):
         return pyro.deterministic(name, value)
 
