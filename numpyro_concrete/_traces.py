@@ -19,6 +19,7 @@ from numpyro.infer.util import get_importance_trace
 from numpyro.primitives import Messenger
 
 from concrete_common import discrete_proposal, messages, subsampling
+from concrete_common.common_scale import ScaleLedger
 
 from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
@@ -75,9 +76,13 @@ class CommonScale(Messenger):
     def __init__(self, fn, given=None, every_site=False):
         self.given = set(given or ())
         self.every_site = every_site  # discrete_log_likelihood's: every site of the model and the guide
-        self.scale = None
-        self._first = None  # the first scaled or unscaled site: (name, scale)
+        self.ledger = ScaleLedger()
         super().__init__(fn)
+
+    @property
+    def scale(self):
+        """The common scale (None: none)."""
+        return self.ledger.scale
 
     def process_message(self, msg):
         if msg["type"] != "sample" or msg["name"] in self.given:
@@ -87,12 +92,7 @@ class CommonScale(Messenger):
         scale = msg.get("scale")
         if scale is not None and (isinstance(scale, jax.core.Tracer) or np.shape(scale) != ()):
             raise messages.per_element_scale(msg["name"], traced=isinstance(scale, jax.core.Tracer))
-        scale = None if scale is None or float(scale) == 1.0 else float(scale)
-        if self._first is None:
-            self._first = (msg["name"], scale)
-            self.scale = scale
-        elif scale != self._first[1]:
-            raise messages.different_scales(self._first, (msg["name"], scale))
+        self.ledger.record(msg["name"], scale)
         msg["scale"] = None
 
 
@@ -140,12 +140,14 @@ def check_observed_densities(trace):
         if site["is_observed"] and isinstance(base, CONCRETE_FAMILY):
             error = messages.observed_at_infinite_density(site["name"], type(base).__name__)
             infinite = jnp.any(site["fn"].log_prob(site["value"]) == jnp.inf)
-            jax.debug.callback(lambda flag, error=error: _raise_if(bool(np.any(flag)), error), infinite)
+            jax.debug.callback(lambda flag, error=error: raise_if(bool(np.any(flag)), error), infinite)
 
 
-def _raise_if(flag, error):
+def raise_if(flag, error):
+    """Raise ``error`` if ``flag``: from a ``jax.debug.callback`` inside compiled code, whose caller
+    receives a JaxRuntimeError (:func:`reraise_from_callbacks` gives it the error back)."""
     if flag:
-        RAISED_IN_CALLBACKS.append(error)  # for the helper that ran the compiled code: see reraise_from_callbacks
+        RAISED_IN_CALLBACKS.append(error)
         raise error
 
 

@@ -51,6 +51,7 @@ from ._traces import (
     log_weights,
     model_only_latents,
     per_element,
+    raise_if,
     replayed_model_trace,
     sample_sites,
     score_log_prob,
@@ -224,11 +225,6 @@ class _FixedParams(Messenger):
             msg["value"] = jax.lax.stop_gradient(msg["value"])
 
 
-def _raise_if(flag, error):
-    if flag:
-        raise error
-
-
 # ----------------------------------------------------------------------------- the losses
 
 
@@ -314,7 +310,7 @@ class _DiscreteGraphLoss(ELBO):
             f"{type(self).__name__}: a relaxed site's distribution depends on the value of another relaxed site "
             f"({', '.join(map(repr, sites))}): {type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
         )
-        jax.debug.callback(lambda flag: _raise_if(bool(flag), error), jnp.any(jnp.stack(changed)))
+        jax.debug.callback(lambda flag: raise_if(bool(flag), error), jnp.any(jnp.stack(changed)))
 
     def _elbo(self, model_trace, guide_trace):
         """The ELBO per element of ``plate`` (a scalar without one)."""

@@ -12,10 +12,12 @@ import numpyro.infer
 from jax import Array
 from numpyro import handlers
 
-from concrete_common import evaluating, messages
+from concrete_common import evaluating
+from concrete_common.common_scale import joint_scale
 from concrete_common.messages import named_errors
 
 from ._traces import (
+    RAISED_IN_CALLBACKS,
     CommonScale,
     SummedWithPriorMasses,
     check_all_latents_discrete,
@@ -158,6 +160,7 @@ def _compiled_if_possible(fn, arrays, args, kwargs):
         return fn(arrays, args, kwargs)
 
     array_leaves = [leaf for leaf, a in zip(leaves, is_array) if a]
+    RAISED_IN_CALLBACKS.clear()  # an error left by other compiled code (a loss's check) is not this one's
     try:
         return jax.block_until_ready(jax.jit(run)(arrays, array_leaves))  # a callback's error surfaces here
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
@@ -225,15 +228,6 @@ class Predictive(numpyro.infer.Predictive):
         return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 
-def _common_scale(model, guide):
-    """The scale common to a model's and a guide's sites (:class:`CommonScale`), as a number."""
-    model_scale, guide_scale = model.scale, guide.scale
-    if guide._first is not None and model._first is not None and model_scale != guide_scale:
-        raise messages.different_scales(model._first, guide._first)
-    scale = model_scale if model._first is not None else guide_scale
-    return 1.0 if scale is None else scale
-
-
 @named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(
     model: Callable[..., Any],
@@ -299,4 +293,4 @@ def discrete_log_likelihood(
     bound = importance_bound(
         model_d, guide_d, key, args, kwargs, num_particles=num_particles, plate=plate, globals_given=True
     )
-    return jax.lax.stop_gradient(bound * _common_scale(model_d, guide_d))
+    return jax.lax.stop_gradient(bound * joint_scale(model_d.ledger, guide_d.ledger))

@@ -171,7 +171,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
         rounded = _rounded(temperature, logits.dtype)
         if not (math.isfinite(rounded) and rounded > 0):
             fail(cls_name, rounded_temperature_message(temperature, rounded, str(logits.dtype).replace("torch.", "")))
-        temperature = _kernel_number(temperature, logits)
+        temperature = _kernel_number(rounded, temperature, logits)
     else:
         temperature = _as_float_tensor(temperature, logits.dtype)
         if validate:
@@ -216,11 +216,12 @@ def _rounded(number, dtype):
     return 0.0 if float(number) <= info.tiny * info.eps / 2 else float(number)
 
 
-def _kernel_number(temperature, logits):
-    """A number as the kernels read it: rounded to the logits' dtype, as a Python float -- torch's
-    scalar arguments, so that no kernel makes a temperature tensor (on a GPU, ``torch.tensor`` of a
-    number is a copy from the host that waits for the device) or takes its log -- or, in float16 and
-    bfloat16 (which NumPy does not round as torch does), a 0-dim tensor made by a fill."""
+def _kernel_number(rounded, temperature, logits):
+    """A number as the kernels read it: rounded to the logits' dtype (``rounded``, :func:`_rounded`),
+    as a Python float -- torch's scalar arguments, so that no kernel makes a temperature tensor (on a
+    GPU, ``torch.tensor`` of a number is a copy from the host that waits for the device) or takes its
+    log -- or, in float16 and bfloat16 (which NumPy does not round as torch does), a 0-dim tensor
+    made by a fill of ``temperature``."""
     if logits.dtype in _ROUNDING:
-        return float(_ROUNDING[logits.dtype](temperature))
+        return rounded
     return torch.full((), temperature, dtype=logits.dtype, device=logits.device)

@@ -21,6 +21,7 @@ from pyro.poutine.util import prune_subsample_sites, site_is_subsample
 from pyro.util import ignore_jit_warnings
 
 from concrete_common import discrete_proposal, messages, subsampling
+from concrete_common.common_scale import ScaleLedger
 
 from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
@@ -152,14 +153,13 @@ class CommonScale(Messenger):
     every_site=True)``; Pyro's other exact helpers leave the scale to ``TraceEnum_ELBO``, which
     sums the unscaled factors and scales the result), and keeps it in ``scale`` (None: none):
     the bound of a model scaled by s is s L_m, which rises to s log p(x) (``marginal_log_likelihood``)
-    as m grows, not log E[w^s], which exceeded it. Two different scales are refused, and so is a
-    per-element one. Sites held by ``given`` are left alone. (The bound refuses a subsampled plate,
+    as m grows, not log E[w^s], which exceeded it (``ledger``, its scale). Two different scales are
+    refused, and so is a per-element one. Sites held by ``given`` are left alone. (The bound refuses a subsampled plate,
     so every scale here is the user's.)"""
 
     def __init__(self, given=None):
         self.given = set(given or ())
-        self.scale = None
-        self._first = None  # the first site: (name, scale)
+        self.ledger = ScaleLedger()
         super().__init__()
 
     def _pyro_sample(self, msg):
@@ -171,12 +171,7 @@ class CommonScale(Messenger):
             if scale.dim() != 0:  # as NumPyro's: one number
                 raise messages.per_element_scale(msg["name"])
             scale = scale.item()
-        scale = None if scale == 1.0 else float(scale)
-        if self._first is None:
-            self._first = (msg["name"], scale)
-            self.scale = scale
-        elif scale != self._first[1]:
-            raise messages.different_scales(self._first, (msg["name"], scale))
+        self.ledger.record(msg["name"], scale)
         msg["scale"] = 1.0
 
 

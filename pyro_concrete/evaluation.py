@@ -12,7 +12,8 @@ from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch import Tensor
 
-from concrete_common import evaluating, messages
+from concrete_common import evaluating
+from concrete_common.common_scale import joint_scale
 from concrete_common.messages import named_errors
 
 from ._traces import (
@@ -221,15 +222,6 @@ def _assignment(model, args, kwargs, params, given, temperature):
     }
 
 
-def _common_scale(model, guide):
-    """The scale common to a model's and a guide's sites (:class:`CommonScale`), as a number."""
-    model_scale, guide_scale = model.scale, guide.scale
-    if guide._first is not None and model._first is not None and model_scale != guide_scale:
-        raise messages.different_scales(model._first, guide._first)
-    scale = model_scale if model._first is not None else guide_scale
-    return 1.0 if scale is None else scale
-
-
 @named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(
     model: Callable[..., Any],
@@ -296,4 +288,4 @@ def discrete_log_likelihood(
         bound = importance_bound(
             model_d, guide_d, args, kwargs, num_particles=num_particles, plate=plate, max_plate_nesting=nesting, globals_given=True
         )
-    return bound * _common_scale(model_scale, guide_scale)
+    return bound * joint_scale(model_scale.ledger, guide_scale.ledger)
