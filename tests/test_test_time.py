@@ -404,8 +404,7 @@ def _scaled_guide(backend, scale):
 def test_a_common_scale_weighs_the_discrete_log_likelihood(backend, plate):
     """``scale(s)`` on every site of the model and the guide: the bound is s L_m (the same draws, so
     exactly s times the unscaled bound), whose mean is below s log p(x), ``marginal_log_likelihood``'s
-    value. It was log (1/m) sum_i w_i^s, whose mean can exceed s log p(x) (at s = 2 by 1.3 nats on a
-    three-point model). Different scales are refused."""
+    value. It was log (1/m) sum_i w_i^s, whose mean can exceed s log p(x). Different scales are refused."""
     s, x, m = 3.0, backend.array(DATA), 50
     unscaled = backend.discrete_log_likelihood(_scaled_mixture(backend, 1.0, 1.0, N), _scaled_guide(backend, 1.0), x, num_particles=m, plate=plate, seed=4)
     scaled = backend.discrete_log_likelihood(_scaled_mixture(backend, s, s, N), _scaled_guide(backend, s), x, num_particles=m, plate=plate, seed=4)
@@ -578,8 +577,8 @@ def test_a_masked_discrete_latent_of_the_model_is_summed_with_its_prior_masses(b
 @pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment"])
 def test_a_relaxed_site_hidden_from_the_helper_raises(backend, helper):
     """``block(model, hide=["z"])``: the helper's swap to the discrete limit never sees z, which drew
-    a relaxed sample: the marginal was log p(x | one random relaxed z) (-5.3, -14.0, -4.7 over three
-    seeds where log p(x) is -5.9), and Pyro's MAP an empty dict, with no error."""
+    a relaxed sample: the marginal was log p(x | one random relaxed z), a different value at every
+    seed, and Pyro's MAP an empty dict, with no error."""
     model = backend.block(mixture(backend, "Concrete"), hide=["z"])
     with pytest.raises(ValueError, match=rf"{helper}: a Concrete-family distribution drew a relaxed sample .* while the model's discrete graph"):
         backend.in_seed(lambda: getattr(backend.lib, helper)(model, backend.array(DATA)))
