@@ -6,6 +6,8 @@ tensors or JAX arrays, read in their own way). Below a public helper or loss, er
 (:func:`named_errors`): no caller's name is passed down."""
 
 import functools
+import math
+import numbers
 
 
 def fail(owner, message):
@@ -86,18 +88,18 @@ def boundary_probs_message(categorical):
     )
 
 
-def infinite_density_message(name, boundary, counterpart, untraced=False):
-    """Why a value where the density is +inf is refused under validation, and what to do;
+def boundary_value_message(name, boundary, counterpart, untraced=False):
+    """Why a value on the boundary of the support is refused under validation, and what to do;
     ``untraced``: NumPyro's, outside any trace, where a sample carries its coordinates to no other
     distribution (``numpyro_concrete._carry``)."""
     message = (
-        f"{name}.log_prob: the value holds {boundary}, where the density is infinite (log_prob +inf). "
-        f"Such values are discrete data: score them with the discrete counterpart, {name}(...).discrete() "
-        f"({counterpart}), e.g. observe one-hot or 0/1 data through it; as padding under a mask, use an "
-        "interior value. A sample of the family copied or changed on its way here (indexed, gathered by "
-        "MixtureSameFamily, through a transform) is scored from its values too, and an underflowed one lands "
-        "here: score the sample the distribution drew, or draw in log space (ExpConcrete, LogitBinConcrete). "
-        "(With validate_args=False the limit +inf is returned.)"
+        f"{name}.log_prob: the value holds {boundary}, where the density is only a limit (+inf, finite or 0, "
+        f"by the temperature), not the density of any sample (a sample lies inside). Such values are discrete data: "
+        f"score them with the discrete counterpart, {name}(...).discrete() ({counterpart}), e.g. observe one-hot "
+        "or 0/1 data through it; as padding under a mask, use an interior value. A sample of the family copied or "
+        "changed on its way here (indexed, gathered by MixtureSameFamily, through a transform) is scored from its "
+        "values too, and an underflowed or straight-through one lands here: score the sample the distribution drew, "
+        "or draw in log space (ExpConcrete, LogitBinConcrete). (With validate_args=False the limit is returned.)"
     )
     if untraced:
         message += (
@@ -143,6 +145,24 @@ def check_full_plate(plate, subsample_size, size):
             f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
             "the full plate (subsample_size=None)"
         )
+
+
+def no_bijection_onto_gate():
+    """Why ``biject_to`` refuses Hard Concrete's support, and what to do instead."""
+    return ValueError(
+        "HardConcrete's support, Gate(), is [0, 1] with point masses at 0 and 1: no bijection from the real "
+        "line reaches the masses, so an autoguide or HMC / NUTS over a HardConcrete latent would see only the "
+        "density inside and give P(z = 0) = P(z = 1) = 0. Draw the gates in a guide of your own and train "
+        "them with L0Objective (Louizos et al.), or sample whether each gate is open, "
+        "HardConcrete(...).discrete() (a Bernoulli), with an enumerating or discrete sampler"
+    )
+
+
+def check_l0(l0):
+    """``L0Objective``'s ``l0`` as a float: the nats charged per open gate, a finite number >= 0."""
+    if not isinstance(l0, numbers.Real) or isinstance(l0, bool) or not (math.isfinite(l0) and l0 >= 0):
+        raise ValueError(f"L0Objective: l0 must be a finite number >= 0 (the nats charged per open gate), got {l0!r}")
+    return float(l0)
 
 
 def check_num_particles(num_particles, least=1, name="num_particles"):
@@ -321,12 +341,14 @@ def different_scales(first, second):
     )
 
 
-def observed_at_infinite_density(site, cls_name):
-    """An observed Concrete-family site whose value (discrete data) has density +inf: the discrete
-    graph's log joint is +inf for every assignment of the latents."""
+def observed_at_boundary(site, cls_name):
+    """An observed Concrete-family site whose value (discrete data) lies on the boundary of its
+    support, where the density is only a limit: +inf for every assignment of the latents, or a
+    number that is the density of no relaxed sample and not the data's probability."""
     return ModelError(
-        f"site {site!r} ({cls_name}) is observed at a value where its density is infinite (a one-hot or 0/1 "
-        "value: discrete data), so the discrete graph's log joint is +inf for every assignment and nothing can be "
-        f"compared or summed; hold it with given={{{site!r}: value}} (its own density left out) instead of "
-        "conditioning the relaxed site on it"
+        f"site {site!r} ({cls_name}) is observed at a point of its support's boundary (a one-hot or 0/1 value, "
+        "or their log / logit: discrete data), where the density is only a limit (+inf, finite or 0, by the "
+        "temperature) that no relaxed sample has, so the discrete graph's log joint would not be that of the data; "
+        f"hold it with given={{{site!r}: value}} (its own density left out), or observe the data through the "
+        f"discrete counterpart, {cls_name}(...).discrete(), instead of conditioning the relaxed site on it"
     )

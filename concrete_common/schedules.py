@@ -17,16 +17,16 @@ def positive(schedule, name, x):
 
 def exponential_decay_arguments(initial, rate, floor, every):
     initial, floor = positive("exponential_decay", "initial", initial), positive("exponential_decay", "floor", floor)
-    if not isinstance(rate, numbers.Real) or not (math.isfinite(rate) and rate >= 0):
+    if not isinstance(rate, numbers.Real) or isinstance(rate, bool) or not (math.isfinite(rate) and rate >= 0):
         raise ValueError(f"exponential_decay: rate must be a finite number >= 0, got {rate!r}")
-    if not isinstance(every, numbers.Integral) or every < 1:
+    if not isinstance(every, numbers.Integral) or isinstance(every, bool) or every < 1:
         raise ValueError(f"exponential_decay: every must be an integer >= 1, got {every!r}")
     return initial, rate, floor, every
 
 
 def linear_decay_arguments(initial, final, steps):
     initial, final = positive("linear_decay", "initial", initial), positive("linear_decay", "final", final)
-    if not isinstance(steps, numbers.Integral) or steps < 1:
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"linear_decay: steps must be an integer >= 1, got {steps!r}")
     return initial, final, steps
 
@@ -35,7 +35,21 @@ def step_error(schedule, step):
     return ValueError(f"{schedule}: step must be >= 0, got {step}")
 
 
+def check_integer(schedule, step, single=True):
+    """A ValueError unless ``step`` is an integer: a Python or NumPy integer, or an array or tensor
+    of an integer dtype (``single``: with one element). A float step (2.5, NaN, inf) or a boolean is
+    refused: the schedules count steps."""
+    if isinstance(step, bool):
+        pass
+    elif isinstance(step, numbers.Integral):
+        return
+    elif "int" in str(getattr(step, "dtype", "")) and not (single and getattr(step, "shape", ()) not in ((), (1,))):
+        return
+    raise ValueError(f"{schedule}: step must be {'an integer' if single else 'an integer or an array of integers'} (the SVI step's count), got {step!r}")
+
+
 def _check_step(schedule, step):
+    check_integer(schedule, step)
     if step < 0:
         raise step_error(schedule, step)
 

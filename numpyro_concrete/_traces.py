@@ -21,6 +21,7 @@ from numpyro.primitives import Messenger
 from concrete_common import discrete_proposal, messages, subsampling
 from concrete_common.common_scale import ScaleLedger
 
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
 
@@ -129,18 +130,66 @@ def check_full_data(trace):
             messages.check_full_plate(site["name"], len(site["value"]), site["args"][0])
 
 
+class Elementwise(dist.Distribution):
+    """Stands in for a site's base distribution under the site's own wrappers (``rewrap``): its
+    ``log_prob`` is ``fn(value)``, one number per element of the base's batch, which the wrappers
+    then expand (a plate), mask and sum over event dimensions as they do a density -- so that a
+    per-element quantity is weighed as the site's density would be."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, base, fn):
+        self.base, self.fn = base, fn
+        super().__init__(batch_shape=base.batch_shape, event_shape=base.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def log_prob(self, value, intermediates=None):
+        return self.fn(value)
+
+
+def weighed(site, fn):
+    """``fn`` of the site's value (or of zeros of its shape, ``fn`` of the base's parameters), per
+    element of the site's base, weighed as the site's density: the plates' expansion, the masks
+    (``.mask``, ``handlers.mask``), the events' sums and the scale."""
+    base, wrappers = unwrap(site["fn"])
+    stand_in = rewrap(Elementwise(base, fn), wrappers)
+    value = site["value"] if site["value"] is not None else jnp.zeros(stand_in.batch_shape + stand_in.event_shape)
+    return stand_in.log_prob(value) * (1.0 if site["scale"] is None else site["scale"])
+
+
+def boundary_points(base, value):
+    """Per element of ``base``'s batch, whether ``value`` holds a point of the boundary of its
+    support, where the density is only a limit: a coordinate 0 (Concrete), 0 or 1 (BinConcrete),
+    -inf (ExpConcrete), +-inf (LogitBinConcrete); Hard Concrete's ends are its point masses, not
+    a boundary."""
+    if isinstance(base, Concrete):
+        return jnp.any(value == 0, -1)
+    if isinstance(base, ExpConcrete):
+        return jnp.any(value == -jnp.inf, -1)
+    if isinstance(base, BinConcrete):
+        return (value == 0) | (value == 1)
+    if isinstance(base, LogitBinConcrete):
+        return jnp.isinf(value)
+    return jnp.zeros(jnp.shape(value)[: jnp.ndim(value) - len(base.event_shape)], bool)
+
+
 def check_observed_densities(trace):
-    """An observed Concrete-family site at a value of infinite density (a relaxed site conditioned
-    on a one-hot or 0/1 value) makes the discrete graph's log joint +inf for every assignment:
-    decoded under ``jit`` that was an argmax of ties, index 0, with no error. It raises, from
-    inside ``jit`` by a callback (eagerly, under validation, its ``log_prob`` raises first). Sites
-    held by ``given`` are masked out, density 0."""
+    """An observed Concrete-family site at a point of its support's boundary (a relaxed site
+    conditioned on a one-hot or 0/1 value: discrete data) would be scored by its density's limit
+    there -- +inf for every assignment (decoded under ``jit`` that was an argmax of ties, index 0,
+    with no error), or a finite number or -inf that is the density of no relaxed sample and not the
+    discrete data's probability: it raises, whatever the temperature and whether or not validation
+    is on, from inside ``jit`` by a callback (eagerly, under validation, its ``log_prob`` raises
+    first). Elements masked out are left alone; sites held by ``given`` are masked out, density 0."""
     for site in sample_sites(trace):
         base = unwrap(site["fn"])[0]
         if site["is_observed"] and isinstance(base, CONCRETE_FAMILY):
-            error = messages.observed_at_infinite_density(site["name"], type(base).__name__)
-            infinite = jnp.any(site["fn"].log_prob(site["value"]) == jnp.inf)
-            jax.debug.callback(lambda flag, error=error: raise_if(bool(np.any(flag)), error), infinite)
+            error = messages.observed_at_boundary(site["name"], type(base).__name__)
+            on_boundary = jnp.any(weighed(site, lambda value, base=base: boundary_points(base, value).astype(jnp.result_type(float))) > 0)
+            jax.debug.callback(lambda flag, error=error: raise_if(bool(np.any(flag)), error), on_boundary)
 
 
 def raise_if(flag, error):

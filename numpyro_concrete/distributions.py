@@ -18,7 +18,7 @@ from numpyro.util import not_jax_tracer
 
 from concrete_common.kinds import Kind
 from concrete_common import messages
-from concrete_common.messages import infinite_density_message
+from concrete_common.messages import boundary_value_message
 
 from . import _numerics
 from . import constraints as concrete_constraints
@@ -149,12 +149,14 @@ class _ConcreteFamily(ValidatedValues, Distribution):
             raise messages.hard_shape_mismatch(owner, jnp.shape(hard), full) from None
         return jnp.broadcast_to(self._indicator(hard), shape)
 
-    def _refuse_infinite_density(self, log_prob, boundary):
-        """Under validation, +inf anywhere in a concrete ``log_prob`` of a value that is not an own
-        sample (a boundary point where the density diverges: discrete data) raises. Under ``jit``
-        the value is a tracer and the limit is returned."""
-        if self._validate_args and not_jax_tracer(log_prob) and np.any(np.asarray(log_prob) == np.inf):
-            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__, untraced=True))
+    def _refuse_boundary(self, on_boundary, log_prob, boundary):
+        """``log_prob`` of a value that is not an own sample; under validation, a concrete (not
+        traced) value with a point on the boundary of the support (``on_boundary``, elementwise)
+        raises: the density there is only a limit, which no sample has (discrete data, a copied,
+        underflowed or straight-through sample). Under ``jit`` the value is a tracer and the limit
+        is returned."""
+        if self._validate_args and not_jax_tracer(on_boundary) and np.any(np.asarray(on_boundary)):
+            raise ValueError(boundary_value_message(type(self).__name__, boundary, type(self.discrete()).__name__, untraced=True))
         return log_prob
 
 
@@ -205,9 +207,10 @@ class Concrete(_NaryConcrete):
     any other distribution scoring it), so ``log_prob`` of a sample is finite and exact. A
     :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
     (eager arrays without their intermediates included) are scored from ``log x``; at a boundary
-    point (some ``x_k = 0``) the result is the density's limit, except that under validation a
-    concrete (not traced) limit of +inf (a one-hot value, for lambda < K - 1) raises: such values
-    are discrete data, scored by :meth:`discrete`.
+    point (some ``x_k = 0``) the result is the density's limit, except that under validation such
+    a concrete (not traced) value raises: the limit (+inf for a one-hot value at lambda < K - 1,
+    finite at K - 1, 0 above) is the density of no sample; one-hot values are discrete data,
+    scored by :meth:`discrete`.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -232,9 +235,10 @@ class Concrete(_NaryConcrete):
         y = self._carried(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self.temperature)
-        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self.temperature)
+        log_x = _numerics.log(value)
+        log_prob = _numerics.concrete_log_prob_at_boundary(log_x, self.logits, self.temperature)
         log_prob = self._validated(value, log_prob)
-        return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
+        return self._refuse_boundary(log_x == -jnp.inf, log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self) -> OneHotCategorical:
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -324,9 +328,9 @@ class BinConcrete(_BinaryConcrete):
     Sampling is :math:`X = \sigma((\log\alpha + L)/\lambda)`, L standard logistic (eq. 16). A
     sample is computed as its logit and shown as ``x = sigmoid(y)``, which rounds to exactly 0 or 1
     at low temperature; the logit is carried with ``x`` (see :class:`Concrete`), so ``log_prob``
-    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit,
-    except that under validation a concrete (not traced) limit of +inf (lambda < 1) raises: 0/1
-    values are discrete data, scored by :meth:`discrete`.
+    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit
+    (+inf for lambda < 1, finite at 1, 0 above), except that under validation a concrete (not
+    traced) one raises: 0/1 values are discrete data, scored by :meth:`discrete`.
     ``cdf`` and ``icdf`` are closed form: :math:`F(x) = \sigma(\lambda\,\mathrm{logit}(x) - \log\alpha)`.
 
     :param temperature: lambda > 0, a number or an array broadcasting with the batch shape.
@@ -356,9 +360,10 @@ class BinConcrete(_BinaryConcrete):
         y = self._carried(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact logit
             return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
-        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self.temperature)
+        logit_x = _numerics.logit(value)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(logit_x, self.logits, self.temperature)
         log_prob = self._validated(value, log_prob)
-        return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
+        return self._refuse_boundary(jnp.isinf(logit_x), log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value: ArrayLike) -> Array:
         if self._validate_args:

@@ -105,7 +105,7 @@ class HardConcrete(_BinaryConcrete):
         "high": concrete_constraints.finite_greater_than(1.0),
     }
     reparametrized_params = _BinaryConcrete.reparametrized_params + ["low", "high"]
-    support = constraints.unit_interval
+    support = concrete_constraints.gate
 
     def __init__(
         self,

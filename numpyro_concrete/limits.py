@@ -46,7 +46,11 @@ class OneHotCategorical(ValidatedValues, Distribution):
     arg_constraints = {"logits": constraints.real_vector, "probs": constraints.simplex}
     pytree_data_fields = ("logits", "probs")  # both lazy properties: named, or the pytree would hold neither
     support = concrete_constraints.one_hot
-    has_enumerate_support = True
+    # enumerable, but not by the host: NumPyro's enumeration and its Gibbs samplers (DiscreteHMCGibbs,
+    # MixedHMC, NUTS's own enumeration) take a discrete site's values to be integers, one per
+    # coordinate (DiscreteHMCGibbs proposed K values for each coordinate of a one-hot: rows such as
+    # [2, 1, 0], with no error). discrete(mode="enumerate") enumerates an index in its place.
+    has_enumerate_support = False
 
     def __init__(
         self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
@@ -157,7 +161,7 @@ class _DiscreteInLogSpace(ValidatedValues, Distribution):
 
     arg_constraints: dict[str, Any] = {}
     pytree_data_fields = ("base",)
-    has_enumerate_support = True
+    has_enumerate_support = False  # values that are not integers (log one-hot, +-inf): as OneHotCategorical's
     _base_class: Any  # the host's class of the underlying discrete distribution
 
     def __init__(

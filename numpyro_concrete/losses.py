@@ -28,6 +28,7 @@ from ._traces import (
     sample_sites,
     score_function_sites,
     score_log_prob,
+    weighed,
     with_params,
 )
 from .handlers import unwrap
@@ -239,7 +240,7 @@ class L0Objective(ELBO):
 
     def __init__(self, l0: float) -> None:
         super().__init__(num_particles=1)
-        self.l0 = l0
+        self.l0 = messages.check_l0(l0)
 
     def loss_with_mutable_state(
         self,
@@ -257,10 +258,13 @@ class L0Objective(ELBO):
             for site in sample_sites(model_trace)
             if site["is_observed"]
         )
-        expected_l0 = sum(  # every gate the site draws (a plate broadcasts one distribution), scaled as the likelihood
-            jnp.sum(jnp.broadcast_to(unwrap(site["fn"])[0].prob_nonzero, site["fn"].batch_shape + site["fn"].event_shape))
-            * (1.0 if site["scale"] is None else site["scale"])
-            for site in sample_sites(guide_trace)
-            if isinstance(unwrap(site["fn"])[0], HardConcrete)
-        )
+        expected_l0 = sum(_expected_open_gates(site) for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete))
         return {"loss": -log_likelihood + self.l0 * expected_l0, "mutable_state": None}
+
+
+def _expected_open_gates(site):
+    """Sum over the gates a Hard Concrete site draws of P(gate != 0), weighed as the site's density
+    would be: its plates (one gate per element), its masks (a gate masked out is not charged) and its
+    scale (a subsampled plate: size / subsample size)."""
+    base = unwrap(site["fn"])[0]
+    return jnp.sum(weighed(site, lambda value: jnp.broadcast_to(base.prob_nonzero, jnp.broadcast_shapes(jnp.shape(base.prob_nonzero), jnp.shape(value)))))

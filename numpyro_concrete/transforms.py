@@ -15,6 +15,7 @@ from jax import Array
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import IdentityTransform, ParameterFreeTransform, biject_to
 
+from concrete_common import messages
 from concrete_common.kinds import Kind
 
 from . import constraints as concrete_constraints
@@ -141,6 +142,11 @@ class RealTransform(IdentityTransform):
         return _finite_logit(y)
 
 
+def _no_bijection_onto_gate(constraint):
+    raise messages.no_bijection_onto_gate()
+
+
+biject_to.register(concrete_constraints.gate, _no_bijection_onto_gate)
 biject_to.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
 biject_to.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
 biject_to.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())

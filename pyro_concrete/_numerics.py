@@ -170,8 +170,8 @@ def logit_bin_concrete_conditional_sample(logits, temperature, ones):
     v = uniform(ones.shape, logits)
     log_v, log1m_v = torch.log(v), torch.log1p(-v)
     log_p, log1m_p = F.logsigmoid(logits), F.logsigmoid(-logits)
-    positive = F.softplus(logits) - log1m_v + torch.logaddexp(log1m_p, log_p + log_v)
-    negative = log_v - F.softplus(-logits) - torch.logaddexp(log1m_v, log_v + log_p)
+    positive = softplus(logits) - log1m_v + torch.logaddexp(log1m_p, log_p + log_v)
+    negative = log_v - softplus(-logits) - torch.logaddexp(log1m_v, log_v + log_p)
     return torch.where(ones, positive, negative) / temperature
 
 
@@ -206,6 +206,13 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
         temperature < 1, math.inf, torch.where(temperature > 1, -math.inf, finite_limit)
     )
     return torch.where(at_end, limit, interior)
+
+
+def softplus(x):
+    """log(1 + e^x), to the last bit in every dtype: torch's ``softplus`` returns x itself above its
+    default threshold of 20, where log(1 + e^x) exceeds x by up to 2e-9 -- below float32's rounding
+    of such x, not float64's (whose threshold here is 40, where e^-40 is below half an ulp of x)."""
+    return F.softplus(x, threshold=40.0 if x.dtype == torch.float64 else 20.0)
 
 
 def log(x):

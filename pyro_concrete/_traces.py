@@ -13,6 +13,7 @@ import torch
 from pyro import poutine
 from pyro.distributions import LowRankMultivariateNormal, MultivariateNormal, Normal, TorchDistribution
 from pyro.distributions.torch_distribution import MaskedDistribution
+from pyro.distributions.util import scale_and_mask
 from pyro.infer.autoguide import AutoContinuous, AutoGuideList
 from pyro.infer.enum import get_importance_trace
 from pyro.nn import PyroModule
@@ -23,6 +24,7 @@ from pyro.util import ignore_jit_warnings
 from concrete_common import discrete_proposal, messages, subsampling
 from concrete_common.common_scale import ScaleLedger
 
+from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .handlers import CONCRETE_FAMILY, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
@@ -119,17 +121,65 @@ def with_given(fn, given):
     return fn if not given else _GivenMessenger(given)(fn)
 
 
+class Elementwise(TorchDistribution):
+    """Stands in for a site's base distribution under the site's own wrappers (``rewrap``): its
+    ``log_prob`` is ``fn(value)``, one number per element of the base's batch, which the wrappers
+    then expand (a plate), mask and sum over event dimensions as they do a density -- so that a
+    per-element quantity is weighed as the site's density would be."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, base, fn):
+        self.base, self.fn = base, fn
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def log_prob(self, value):
+        return self.fn(value)
+
+
+def weighed(site, fn):
+    """``fn`` of the site's value (or of zeros of its shape, ``fn`` of the base's parameters), per
+    element of the site's base, weighed as the site's density: the plates' expansion, the masks
+    (``.mask``, ``poutine.mask``), the events' sums and the scale."""
+    base, wrappers = unwrap(site["fn"])
+    stand_in = rewrap(Elementwise(base, fn), wrappers)
+    value = site["value"] if site["value"] is not None else torch.zeros(stand_in.batch_shape + stand_in.event_shape)
+    return scale_and_mask(stand_in.log_prob(value), site["scale"], site["mask"])
+
+
+def boundary_points(base, value):
+    """Per element of ``base``'s batch, whether ``value`` holds a point of the boundary of its
+    support, where the density is only a limit: a coordinate 0 (Concrete), 0 or 1 (BinConcrete),
+    -inf (ExpConcrete), +-inf (LogitBinConcrete); Hard Concrete's ends are its point masses, not
+    a boundary."""
+    if isinstance(base, Concrete):
+        return (value == 0).any(-1)
+    if isinstance(base, ExpConcrete):
+        return value.isneginf().any(-1)
+    if isinstance(base, BinConcrete):
+        return (value == 0) | (value == 1)
+    if isinstance(base, LogitBinConcrete):
+        return value.isinf()
+    return torch.zeros(value.shape[: value.dim() - len(base.event_shape)], dtype=torch.bool, device=value.device)
+
+
 def check_observed_densities(trace):
-    """An observed Concrete-family site at a value of infinite density (a relaxed site conditioned
-    on a one-hot or 0/1 value) makes the discrete graph's log joint +inf for every assignment: with
-    validation off that was an argmax of ties, with no error. It raises (under validation its
-    ``log_prob`` raises first). Sites held by ``given`` are masked out, density 0."""
+    """An observed Concrete-family site at a point of its support's boundary (a relaxed site
+    conditioned on a one-hot or 0/1 value: discrete data) would be scored by its density's limit
+    there -- +inf for every assignment (with validation off that was an argmax of ties, with no
+    error), or a finite number or -inf that is the density of no relaxed sample and not the
+    discrete data's probability: it raises, whatever the temperature and whether or not validation
+    is on. Elements masked out are left alone; sites held by ``given`` are masked out, density 0."""
     for site in trace.nodes.values():
         if site["type"] != "sample" or not site["is_observed"]:
             continue
         base = unwrap(site["fn"])[0]
-        if isinstance(base, CONCRETE_FAMILY) and bool((site["fn"].log_prob(site["value"]) == float("inf")).any()):
-            raise messages.observed_at_infinite_density(site["name"], type(base).__name__)
+        if isinstance(base, CONCRETE_FAMILY) and bool(weighed(site, lambda value: boundary_points(base, value).to(value.dtype)).any()):
+            raise messages.observed_at_boundary(site["name"], type(base).__name__)
 
 
 class SummedWithPriorMasses(Messenger):

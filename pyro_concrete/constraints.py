@@ -23,7 +23,7 @@ from concrete_common import floats
 __all__ = [
     "log_simplex", "simplex", "unit_interval", "real", "one_hot", "log_one_hot", "plus_minus_infinity",
     "positive_finite", "resolvable_real", "resolvable_real_vector", "positive_simplex", "open_unit_interval",
-    "finite_less_than", "finite_greater_than",
+    "finite_less_than", "finite_greater_than", "gate",
 ]
 
 
@@ -190,6 +190,18 @@ class _FiniteGreaterThan(constraints._GreaterThan):
         return (value > self.lower_bound) & torch.isfinite(value)
 
 
+class _Gate(constraints._Interval):
+    """[0, 1] with point masses at 0 and 1, the support of Hard Concrete: a mixed measure, which
+    no bijection from the real line reaches (``biject_to`` raises), so that HMC, NUTS and the
+    autoguides, which would see only the density inside and drop the masses, refuse it."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 1.0)
+
+    def __repr__(self) -> str:
+        return "Gate()"
+
+
 log_simplex = _LogSimplex()
 simplex = _Simplex()
 unit_interval = _UnitInterval()
@@ -202,5 +214,6 @@ resolvable_real = _ResolvableReal()
 resolvable_real_vector = _ResolvableRealVector()
 positive_simplex = _PositiveSimplex()
 open_unit_interval = _OpenUnitInterval()
+gate = _Gate()
 finite_less_than = _FiniteLessThan
 finite_greater_than = _FiniteGreaterThan

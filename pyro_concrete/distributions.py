@@ -15,7 +15,7 @@ from torch.types import _size
 
 from concrete_common.kinds import Kind
 from concrete_common import messages
-from concrete_common.messages import infinite_density_message
+from concrete_common.messages import boundary_value_message
 
 from . import _numerics
 from . import constraints as concrete_constraints
@@ -112,12 +112,14 @@ class _ConcreteFamily(TorchDistribution):
             raise messages.hard_shape_mismatch(owner, hard.shape, full) from None
         return self._indicator(hard).expand(shape)
 
-    def _refuse_infinite_density(self, log_prob, boundary):
-        """``log_prob`` of a value that is not an own sample; under validation, +inf anywhere (a
-        boundary point where the density diverges: discrete data) raises. Under ``torch.jit.trace``
-        (the ``Jit*`` losses) a check would be baked into the trace: the limit is returned."""
-        if self._validate_args and not torch.jit.is_tracing() and torch._is_any_true(log_prob == float("inf")):  # under vmap too
-            raise ValueError(infinite_density_message(type(self).__name__, boundary, type(self.discrete()).__name__))
+    def _refuse_boundary(self, on_boundary, log_prob, boundary):
+        """``log_prob`` of a value that is not an own sample; under validation, a value with a point
+        on the boundary of the support (``on_boundary``, elementwise) raises: the density there is
+        only a limit, which no sample has (discrete data, a copied, underflowed or straight-through
+        sample). Under ``torch.jit.trace`` (the ``Jit*`` losses) a check would be baked into the
+        trace: the limit is returned."""
+        if self._validate_args and not torch.jit.is_tracing() and torch._is_any_true(on_boundary):  # under vmap too
+            raise ValueError(boundary_value_message(type(self).__name__, boundary, type(self.discrete()).__name__))
         return log_prob
 
 
@@ -168,8 +170,9 @@ class Concrete(_NaryConcrete):
     differentiable with respect to the sample as well as to the parameters. A
     :class:`ConcreteStraightThrough` sample is scored by the relaxed sample behind it. Other values
     are scored from ``log x``; at a boundary point (some ``x_k = 0``) the result is the density's
-    limit, except that under validation a limit of +inf (a one-hot value, for lambda < K - 1)
-    raises: such values are discrete data, scored by :meth:`discrete`.
+    limit, except that under validation such a value raises: the limit (+inf for a one-hot value
+    at lambda < K - 1, finite at K - 1, 0 above) is the density of no sample; one-hot values are
+    discrete data, scored by :meth:`discrete`.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
     :param logits: log alpha, shape ``batch_shape + (K,)``, K >= 2; unnormalized allowed.
@@ -193,8 +196,9 @@ class Concrete(_NaryConcrete):
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self._kernel_temperature)
         self._validate(value)
-        log_prob = _numerics.concrete_log_prob_at_boundary(_numerics.log(value), self.logits, self._kernel_temperature)
-        return self._refuse_infinite_density(log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
+        log_x = _numerics.log(value)
+        log_prob = _numerics.concrete_log_prob_at_boundary(log_x, self.logits, self._kernel_temperature)
+        return self._refuse_boundary(log_x.isneginf(), log_prob, "a point of the simplex's boundary (some x_k = 0, e.g. one-hot)")
 
     def discrete(self) -> OneHotCategorical:
         """The zero-temperature limit (Prop. 1c) on the same sample space: a one-hot vector."""
@@ -287,9 +291,9 @@ class BinConcrete(_BinaryConcrete):
     Sampling is :math:`X = \sigma((\log\alpha + L)/\lambda)`, L standard logistic (eq. 16). A
     sample is computed as its logit and shown as ``x = sigmoid(y)``, which rounds to exactly 0 or 1
     at low temperature; the logit is carried with ``x`` (see :class:`Concrete`), so ``log_prob``
-    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit,
-    except that under validation a limit of +inf (lambda < 1) raises: 0/1 values are discrete
-    data, scored by :meth:`discrete`.
+    of a sample is exact. At ``x = 0`` or ``1`` exactly, other values get the density's limit
+    (+inf for lambda < 1, finite at 1, 0 above), except that under validation they raise: 0/1
+    values are discrete data, scored by :meth:`discrete`.
     ``cdf`` and ``icdf`` are closed form: :math:`F(x) = \sigma(\lambda\,\mathrm{logit}(x) - \log\alpha)`.
 
     :param temperature: lambda > 0, a number or a tensor broadcasting with the batch shape.
@@ -318,8 +322,9 @@ class BinConcrete(_BinaryConcrete):
         if y is not None:  # an own sample (in the support by construction): its exact logit
             return _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
         self._validate(value)
-        log_prob = _numerics.bin_concrete_log_prob_at_boundary(_numerics.logit(value), self.logits, self._kernel_temperature)
-        return self._refuse_infinite_density(log_prob, "an endpoint of the unit interval (x = 0 or 1)")
+        logit_x = _numerics.logit(value)
+        log_prob = _numerics.bin_concrete_log_prob_at_boundary(logit_x, self.logits, self._kernel_temperature)
+        return self._refuse_boundary(logit_x.isinf(), log_prob, "an endpoint of the unit interval (x = 0 or 1)")
 
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)

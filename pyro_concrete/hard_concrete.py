@@ -16,7 +16,7 @@ from concrete_common import stretch
 
 from . import _numerics
 from . import constraints as concrete_constraints
-from ._checks import ArrayLike
+from ._checks import ArrayLike, _in_transform
 from .distributions import _BinaryConcrete
 from .limits import Bernoulli
 
@@ -62,7 +62,11 @@ def promote_end(cls_name, name, x, like, batch_shape, validate):
         ) from None
     if given is None:
         converted = x.to(dtype=dtype, device=device)
-        if validate:
+        if validate and _in_transform():  # a torch.func transform: decided by torch's vmap-friendly check
+            x = converted.detach()
+            if not torch._is_all_true(torch.isfinite(x) & ((x < 0) if name == "low" else (x > 1))):
+                raise ValueError(f"{cls_name}: {name} must be a finite number {stretch.BOUNDS[name]} (inside a torch.func transform: the values are not shown)")
+        elif validate:
             # exactly, in float64 (every float dtype converts to it without rounding)
             stretch.check_end(cls_name, name, *(t.detach().cpu().double().numpy() for t in (x, converted)), dtype_name)
         return converted, batch_shape
@@ -113,7 +117,7 @@ class HardConcrete(_BinaryConcrete):
         "low": concrete_constraints.finite_less_than(0.0),
         "high": concrete_constraints.finite_greater_than(1.0),
     }
-    support = constraints.unit_interval
+    support = concrete_constraints.gate
 
     def __init__(
         self,
@@ -166,10 +170,10 @@ class HardConcrete(_BinaryConcrete):
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
     def _log_mass_at_zero(self):
-        return -torch.nn.functional.softplus(self.logits - self._kernel_temperature * self._logit_at_zero())
+        return -_numerics.softplus(self.logits - self._kernel_temperature * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -torch.nn.functional.softplus(self._kernel_temperature * self._logit_at_one() - self.logits)
+        return -_numerics.softplus(self._kernel_temperature * self._logit_at_one() - self.logits)
 
     def log_prob(self, value: Tensor) -> Tensor:
         self._validate(value)

@@ -30,6 +30,7 @@ from ._traces import (
     sample_sites,
     score_function_sites,
     score_log_prob,
+    weighed,
 )
 from ._tracing import GraphFunction
 from .handlers import unwrap
@@ -246,7 +247,7 @@ class L0Objective(_DifferentiableLoss):
 
     def __init__(self, l0: float) -> None:
         super().__init__(num_particles=1)
-        self.l0 = l0
+        self.l0 = messages.check_l0(l0)
 
     def _get_trace(self, model, guide, args, kwargs):
         return replayed_traces(model, guide, args, kwargs)
@@ -255,12 +256,16 @@ class L0Objective(_DifferentiableLoss):
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the plates
         log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
-        expected_l0 = sum(  # every gate the site draws (a plate broadcasts one distribution), scaled as the likelihood
-            (site["scale"] * unwrap(site["fn"])[0].prob_nonzero.expand(site["fn"].batch_shape + site["fn"].event_shape)).sum()
-            for site in sample_sites(guide_trace)
-            if isinstance(unwrap(site["fn"])[0], HardConcrete)
-        )
+        expected_l0 = sum(_expected_open_gates(site) for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete))
         return -log_likelihood + self.l0 * expected_l0
+
+
+def _expected_open_gates(site):
+    """Sum over the gates a Hard Concrete site draws of P(gate != 0), weighed as the site's density
+    would be: its plates (one gate per element), its masks (a gate masked out is not charged) and its
+    scale (a subsampled plate: size / subsample size)."""
+    base = unwrap(site["fn"])[0]
+    return weighed(site, lambda value: base.prob_nonzero.expand(torch.broadcast_shapes(base.prob_nonzero.shape, value.shape))).sum()
 
 
 COMPILERS = ("torch.jit.trace", "torch.compile")

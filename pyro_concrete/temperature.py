@@ -10,6 +10,9 @@ temperature (``JitTrace_ELBO`` traces tensors, not Python numbers)::
 A learnable temperature is a positive parameter, e.g.
 ``pyro.param("temperature", torch.tensor(1.0), constraint=constraints.positive)``; every
 distribution of the package is differentiable with respect to its temperature.
+
+``step`` is an integer >= 0 (a Python or NumPy integer, or a one-element integer tensor); a float
+step is refused.
 """
 
 # the schedules are plain Python (a float per step): written once, in concrete_common

@@ -15,11 +15,12 @@ from torch import Tensor
 from torch.distributions import biject_to, constraints, transform_to
 from torch.distributions.transforms import Transform
 
+from concrete_common import messages
 from concrete_common.kinds import Kind
 
 from . import constraints as concrete_constraints
 from ._carry import carry, show
-from ._numerics import log, log_softmax, logit
+from ._numerics import log, log_softmax, logit, softplus
 
 __all__ = ["LogSimplexTransform", "SimplexTransform", "UnitIntervalTransform", "RealTransform"]
 
@@ -132,7 +133,7 @@ class UnitIntervalTransform(Transform):
         return logit(_interior(x, ones=True)) if y is None else y
 
     def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
-        return -F.softplus(-x) - F.softplus(x)
+        return -softplus(-x) - softplus(x)
 
 
 class RealTransform(Transform):
@@ -159,7 +160,12 @@ class RealTransform(Transform):
         return torch.zeros_like(x)
 
 
+def _no_bijection_onto_gate(constraint):
+    raise messages.no_bijection_onto_gate()
+
+
 for _registry in (biject_to, transform_to):
+    _registry.register(concrete_constraints.gate, _no_bijection_onto_gate)
     _registry.register(concrete_constraints.log_simplex, lambda constraint: LogSimplexTransform())
     _registry.register(concrete_constraints.simplex, lambda constraint: SimplexTransform())
     _registry.register(concrete_constraints.unit_interval, lambda constraint: UnitIntervalTransform())

@@ -1,4 +1,5 @@
 import os
+import sys
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One thread per xdist worker (the suite runs -n 2 on 2 cores): intra-op thread pools of torch,
@@ -56,6 +57,17 @@ def _fresh_state(request):
             value = request.getfixturevalue(name)
             for b in value if isinstance(value, tuple) else (value,):
                 b.reset()
+
+
+@pytest.fixture(autouse=True)
+def _default_validation():
+    """Each test starts with torch.distributions' default validation on, as a user's process does:
+    torch's first ``torch.compile`` call turns it off for the whole process (docs/numerics.rst), so a
+    test after a compiled one would run unchecked. (torch only where it is loaded already.)"""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.distributions.Distribution.set_default_validate_args(True)
+    yield
 
 
 @pytest.fixture(params=["float32", "float64"])

@@ -178,31 +178,82 @@ DISCRETE_DATA = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DISCRETE_DATA))
-def test_discrete_data_under_a_relaxed_site_raises_naming_the_discrete_counterpart(backend, name):
-    """A one-hot (0/1) observation has infinite Concrete density (T = 0.5 < K - 1, < 1): under
-    validation log_prob raises -- also at an observed site of a model, where the ELBO would
-    otherwise be -inf -- and names .discrete(); without validation, the limit +inf; the discrete
-    counterpart scores the same data with its masses."""
+# the one-hot (0/1) limit of the density by temperature: +inf below K - 1 (K = 3; binary: 1), finite there, 0 above
+LIMITS = {"Concrete": {0.5: np.inf, 2.0: "finite", 3.0: -np.inf}, "BinConcrete": {0.5: np.inf, 1.0: "finite", 1.5: -np.inf}}
+
+
+@pytest.mark.parametrize("name, temperature", [(name, t) for name in sorted(LIMITS) for t in LIMITS[name]])
+def test_discrete_data_under_a_relaxed_site_raises_naming_the_discrete_counterpart(backend, name, temperature):
+    """A one-hot (0/1) value lies on the boundary, where the density is only a limit: +inf at T <
+    K - 1 (binary: 1), finite at K - 1, 0 above (LIMITS). Under validation log_prob
+    raises at every temperature -- also at an observed site of a model -- and names .discrete()
+    (a finite limit was returned: the density of no sample, so a straight-through or underflowed
+    sample scored eagerly by NumPyro's prior got a wrong finite number); without validation, the
+    limit; the discrete counterpart scores the same data with its masses."""
     logits, values = DISCRETE_DATA[name]
     counterpart = "OneHotCategorical" if name == "Concrete" else "Bernoulli"
-    message = rf"{name}\.log_prob: .* density is infinite .*{name}\(\.\.\.\)\.discrete\(\) \({counterpart}\)"
-    d = backend.make(name, 0.5, logits=logits, validate_args=True)
+    message = rf"{name}\.log_prob: .* density is only a limit .*{name}\(\.\.\.\)\.discrete\(\) \({counterpart}\)"
+    d = backend.make(name, temperature, logits=logits, validate_args=True)
     with pytest.raises(ValueError, match=message):
         d.log_prob(backend.array(values))
     interior = backend.numpy(d.log_prob(backend.array(values[:1])))  # no boundary point: scored
     assert np.all(np.isfinite(interior))
 
     def model(data):
-        backend.site("y", backend.make(name, 0.5, logits=logits, validate_args=True), obs=data)
+        backend.site("y", backend.make(name, temperature, logits=logits, validate_args=True), obs=data)
 
     with pytest.raises(ValueError, match=message):
         backend.run(model, backend.array(values))
-    unvalidated = backend.numpy(backend.make(name, 0.5, logits=logits, validate_args=False).log_prob(backend.array(values)))
-    assert np.all(np.isfinite(unvalidated[0])) and np.all(np.isposinf(unvalidated[1]))
+    unvalidated = backend.numpy(backend.make(name, temperature, logits=logits, validate_args=False).log_prob(backend.array(values)))
+    assert np.all(np.isfinite(unvalidated[0]))
+    limit = LIMITS[name][temperature]
+    if limit == "finite":
+        assert np.all(np.isfinite(unvalidated[1]))
+    else:
+        np.testing.assert_array_equal(unvalidated[1], limit)
     masses = backend.numpy(d.discrete().log_prob(backend.array(values[1])))
     expected = np.log(np.exp(logits) / np.exp(logits).sum())[1] if name == "Concrete" else np.log(1 / (1 + np.exp(-logits * [1, -1])))
     np.testing.assert_allclose(masses, expected, rtol=1e-10)
+
+
+def test_numpyro_eager_straight_through_sample_under_a_relaxed_prior_raises():
+    """NumPyro, eagerly (``svi.evaluate`` outside ``jit``): the guide's straight-through one-hot
+    reaches the model's Concrete prior without its relaxed coordinates (only a traced value carries
+    them). At T = 1 with K = 2 the boundary limit is finite, and the loss was a wrong finite number
+    (51.87 where the jitted loss is 55.19); it raises, saying to jit the call, and the jitted loss
+    is the hand-written one."""
+    jax = pytest.importorskip("jax")
+    numpyro = pytest.importorskip("numpyro")
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+    from numpyro.infer import Trace_ELBO
+
+    import numpyro_concrete as nc
+
+    x = jnp.array([-2.5, 2.8, 3.1, -3.3])
+    prior_logits, phi = jnp.array([0.8, -0.4]), jnp.full((4, 2), 0.3)
+
+    def model(x):
+        with numpyro.plate("data", 4):
+            z = numpyro.sample("z", nc.Concrete(1.0, logits=prior_logits, validate_args=True))
+            numpyro.sample("x", dist.Normal((z * jnp.array([-3.0, 3.0])).sum(-1), 1.0), obs=x)
+
+    def guide(x):
+        with numpyro.plate("data", 4):
+            numpyro.sample("z", nc.ConcreteStraightThrough(1.0, logits=numpyro.param("phi", phi), validate_args=True))
+
+    key = jax.random.PRNGKey(3)
+    with pytest.raises(ValueError, match=r"density is only a limit .*jax\.jit\(svi\.evaluate\)"):
+        Trace_ELBO().loss(key, {"phi": phi}, model, guide, x)
+    jitted = jax.jit(lambda p: Trace_ELBO().loss(key, p, model, guide, x))({"phi": phi})
+    # by hand: the guide's draw with the seed Trace_ELBO gives it, scored by its coordinates
+    _, guide_key = jax.random.split(key)
+    with numpyro.handlers.seed(rng_seed=guide_key):
+        value, (y,) = nc.ConcreteStraightThrough(1.0, logits=phi).sample_with_intermediates(numpyro.prng_key())
+    relaxed = jnp.exp(y)
+    by_hand = -(dist.Normal((value * jnp.array([-3.0, 3.0])).sum(-1), 1.0).log_prob(x).sum()
+                + nc.Concrete(1.0, logits=prior_logits).log_prob(relaxed, [y]).sum() - nc.Concrete(1.0, logits=phi).log_prob(relaxed, [y]).sum())
+    np.testing.assert_allclose(float(jitted), float(by_hand), rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------- arg_constraints are what is checked

@@ -400,3 +400,36 @@ def test_numpyro_jit_vmap_and_pytree_over_low_and_high(backend):
         jax.jit(lambda high: hc(0.5, logits=jnp.zeros(3), high=high).logits)(jnp.full(2, 1.1))
     # a traced value cannot be read: no error, the caller's responsibility (as for the temperature)
     jax.jit(lambda low: hc(0.5, logits=jnp.zeros(3), low=low, validate_args=True).logits)(jnp.asarray(0.5))
+
+
+@pytest.mark.parametrize("logits", [-35.0, -21.0, 21.0, 35.0])
+def test_log_masses_are_exact_in_float64_where_the_softplus_argument_exceeds_20(backend, logits):
+    """log P(Z = 0) and log P(Z = 1) are -softplus of arguments of magnitude > 20 here: torch's
+    softplus returns its argument itself above 20, 2e-9 off (1e-10 relatively, 1e5 float64 ulps);
+    both backends agree with the reference to a few ulps, as does the density inside."""
+    t, low, high = 0.01, -0.1, 1.1
+    d = backend.make("HardConcrete", t, logits=np.asarray(logits), dtype="float64", low=low, high=high)
+    points = np.array([0.0, 0.5, 1.0])
+    expected = reference.hard_concrete_log_prob(points, logits, t, low, high)
+    assert_close(backend.numpy(d.log_prob(backend.array(points))), expected, "float64", rtol=1e-14)
+
+
+def test_the_support_has_no_bijection_so_autoguides_refuse_a_hard_concrete_latent(backend):
+    """Hard Concrete's support is [0, 1] with point masses at its ends: the unit interval's sigmoid
+    never reaches them, so NUTS over a Hard Concrete latent gave P(z = 0) = P(z = 1) = 0 (against
+    0.364 and 0.0025 by quadrature on a one-gate model) and an autoguide a continuous q beside a
+    mixed prior, with no error. ``biject_to`` refuses the support, and with it each of those; the
+    support's check still accepts [0, 1]."""
+    d = backend.lib.HardConcrete(2 / 3, logits=backend.array(0.0))
+    assert np.all(backend.numpy(d.support.check(backend.array([0.0, 0.3, 1.0]))))
+    assert not np.any(backend.numpy(d.support.check(backend.array([-0.1, 1.1]))))
+    with pytest.raises(ValueError, match=r"HardConcrete's support, Gate\(\), .* no bijection from the real line"):
+        backend.biject_to(d.support)
+
+    def model(y):
+        g = backend.site("g", backend.lib.HardConcrete(2 / 3, logits=backend.array(0.0)))
+        backend.site("y", backend.normal(g, 0.3), obs=y)
+
+    guide = backend.autoguide("AutoNormal", model)
+    with pytest.raises(ValueError, match=r"no bijection from the real line reaches the masses"):
+        backend.svi(model, guide, backend.array(0.05), steps=1, lr=0.01)

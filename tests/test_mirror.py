@@ -135,7 +135,7 @@ def test_the_shared_package_imports_neither_backend():
 DOCSTRINGS_DIFFER = {
     "Concrete": "how the log coordinates reach other scorers: views and pyro.sample in Pyro, intermediates and "
                 "tracer identity in NumPyro",
-    "BinConcrete": "NumPyro's refusal of +inf needs a concrete (not traced) value",
+    "BinConcrete": "NumPyro's refusal of a boundary value needs a concrete (not traced) value",
     "Predictive": "Pyro's notes its host's Predictive-over-infer_discrete defect",
     "ScoreFunctionELBO": "what each host's TraceGraph_ELBO does with baselines",
     "discrete": "the arguments of each host's TraceEnum_ELBO.loss",

@@ -122,7 +122,7 @@ def _limit(name, y, logits, t):
 def test_boundary_values_get_the_limit(backend, name, t, dtype):
     """Values on the boundary of the support (x_k = 0, x in {0, 1}, y = ±inf) get the density's
     limit (+inf, -inf, or finite as for K = 2, t = 1), never NaN -- without validation (under
-    validation a limit of +inf raises: test_errors.py, discrete data under a relaxed site)."""
+    validation such values raise: test_errors.py, discrete data under a relaxed site)."""
     if name in N_ARY:  # K = 2 at t = 1 and K = 3 at t = 1/2 have finite limits
         x = np.array([[0.0, 1.0], [1.0, 0.0]]) if t == 1.0 else np.array([[0.0, 0.3, 0.7], [0.0, 0.0, 1.0], [0.2, 0.8, 0.0]])
         logits = np.linspace(-1, 1, x.shape[-1])

@@ -56,7 +56,7 @@ def test_one_array_has_one_log_density_eagerly_and_under_jit(name):
     finite = np.isfinite(eager)
     np.testing.assert_allclose(np.asarray(jitted)[finite], np.asarray(eager)[finite], rtol=1e-12)
     assert np.isposinf(eager).any()
-    with pytest.raises(ValueError, match="density is infinite"):  # validation, where the value is concrete
+    with pytest.raises(ValueError, match="density is only a limit"):  # validation, where the value is concrete
         d.log_prob(x)
     exact = d.log_prob(x, intermediates)
     assert bool(jnp.all(jnp.isfinite(exact)))
@@ -577,3 +577,64 @@ def test_an_eager_evaluate_with_a_straight_through_guide_says_to_jit_it():
     with pytest.raises(ValueError, match=r"the value holds .* run that call under jax.jit \(jax.jit\(svi.evaluate\)\)"):
         svi.evaluate(state, 1.0)
     assert np.isfinite(float(jax.jit(svi.evaluate)(state, 1.0)))
+
+
+LIMIT_LOGITS, LIMIT_MEANS = jnp.array([0.5, -0.3, 0.1]), jnp.array([-2.0, 0.0, 2.0])
+
+
+def _limit_model(name):
+    """A continuous global beside one Concrete-family site, whose discrete limit (a one-hot, a log
+    one-hot, +-inf) is not an integer per coordinate."""
+    import numpyro.distributions as dist
+
+    def model():
+        m = numpyro.sample("m", dist.Normal(0.0, 1.0))
+        if name == "LogitBinConcrete":
+            z = jax.nn.sigmoid(numpyro.sample("z", nc.LogitBinConcrete(0.5, logits=0.3)))
+            mean = 2.0 * z
+        else:
+            z = numpyro.sample("z", getattr(nc, name)(0.5, logits=LIMIT_LOGITS))
+            mean = ((jnp.exp(z) if name == "ExpConcrete" else z) * LIMIT_MEANS).sum(-1)
+        numpyro.sample("y", dist.Normal(mean + m, 1.0), obs=1.5)
+
+    return model
+
+
+@pytest.mark.parametrize("name", ["Concrete", "ExpConcrete", "LogitBinConcrete"])
+@pytest.mark.parametrize("kernel", ["DiscreteHMCGibbs", "MixedHMC", "NUTS"])
+def test_the_hosts_discrete_samplers_refuse_limits_whose_values_are_not_integers(name, kernel):
+    """NumPyro's Gibbs samplers take a discrete site's values to be one integer per coordinate:
+    on ``discrete(model, mode="sample")`` DiscreteHMCGibbs proposed 0..K-1 for each coordinate of a
+    one-hot (rows such as [2, 1, 0]; P(z) estimated as [0.86, 0.87, 1.27] where the exact one is
+    [0.05, 0.27, 0.68]) and 0/1 for a LogitBinConcrete limit (+-inf), with no error, or stuck at its
+    first value under validation. The limits declare no enumerable support to the host now, so each
+    sampler refuses the site (docs/test_time.rst: NUTS on the enumerate mode sums it out instead)."""
+    from numpyro.infer import HMC, MCMC, NUTS, DiscreteHMCGibbs, MixedHMC
+
+    sampled = nc.discrete(_limit_model(name), mode="sample")
+    make = {
+        "DiscreteHMCGibbs": lambda: DiscreteHMCGibbs(NUTS(sampled)),
+        "MixedHMC": lambda: MixedHMC(HMC(sampled, trajectory_length=1.2)),
+        "NUTS": lambda: NUTS(sampled),
+    }[kernel]
+    with pytest.raises((ValueError, RuntimeError), match="owns no sites|Cannot detect any discrete|does not have enumerate support"):
+        MCMC(make(), num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
+
+
+def test_nuts_on_the_enumerate_mode_samples_the_exact_posterior_of_the_continuous_global():
+    """What the docs give instead: NUTS on ``discrete(model, mode="enumerate")`` sums the limit out
+    (funsor), so E[m | y] is the exact mixture over the categories."""
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    mcmc = MCMC(NUTS(nc.discrete(_limit_model("Concrete"), mode="enumerate")), num_warmup=300, num_samples=2000, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1))
+    m = np.asarray(mcmc.get_samples()["m"])
+    weights = np.asarray(jax.nn.softmax(jax.nn.log_softmax(LIMIT_LOGITS) + dist.Normal(LIMIT_MEANS, jnp.sqrt(2.0)).log_prob(1.5)))
+    means, variance = (1.5 - np.asarray(LIMIT_MEANS)) / 2, 0.5  # m | k, y ~ N((y - mu_k) / 2, 1 / 2)
+    expected = (weights * means).sum()
+    sd = np.sqrt((weights * (variance + means**2)).sum() - expected**2)
+    from numpyro.diagnostics import effective_sample_size
+
+    ess = float(effective_sample_size(m[None]))
+    assert abs(m.mean() - expected) < 4.5 * sd / np.sqrt(ess), (m.mean(), expected, ess)  # |z| > 4.5: 7e-6

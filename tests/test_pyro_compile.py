@@ -4,11 +4,14 @@
 sample underflowed -- with one graph, no recompilation from step to step, and eager's gradients."""
 
 import math
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("pyro")
+pyro = pytest.importorskip("pyro")
 
 import pyro_concrete as pc  # noqa: E402
 
@@ -429,3 +432,65 @@ def test_vmap_with_validation_on_checks_and_gives_the_unvalidated_values(name, s
     bad[1].view(-1)[0] = math.nan
     with pytest.raises(ValueError, match="logits"):
         torch.func.vmap(_score_own_sample(name, True), randomness="different")(bad)
+
+
+@pytest.mark.parametrize("end, good, bad", [("low", -0.1, 0.2), ("high", 1.1, 0.9)])
+def test_torch_func_over_hard_concrete_ends_checks_them_and_gives_the_unvalidated_values(end, good, bad):
+    """``grad``, ``jacrev`` and ``vmap`` with respect to Hard Concrete's ``low`` / ``high`` under
+    validation (Pyro's default): the ends are checked by torch's vmap-friendly comparison (reading
+    them as NumPy numbers inside a transform raised a RuntimeError about a tensor without storage),
+    so the results are those of validation off, and an end on the wrong side of 0 (1) raises the
+    ValueError naming it."""
+    logits, value = torch.tensor([0.3, -0.5, 1.2], dtype=torch.float64), torch.tensor([0.0, 0.4, 1.0], dtype=torch.float64)
+
+    def log_prob(validate):
+        return lambda e: pc.HardConcrete(2 / 3, logits=logits, validate_args=validate, **{end: e}).log_prob(value).sum()
+
+    def prob_nonzero(validate):
+        return lambda e: pc.HardConcrete(2 / 3, logits=logits, validate_args=validate, **{end: e}).prob_nonzero
+
+    ends = torch.tensor([good, good - 0.05 if end == "low" else good + 0.05], dtype=torch.float64)
+    for transform, fn, argument in [
+        (torch.func.grad, log_prob, ends[0]),
+        (torch.func.jacrev, prob_nonzero, ends[0].expand(3).clone()),
+        (torch.func.vmap, log_prob, ends),
+    ]:
+        checked, unchecked = transform(fn(True))(argument), transform(fn(False))(argument)
+        torch.testing.assert_close(checked, unchecked, rtol=0, atol=0)
+        assert torch.isfinite(checked).all() and checked.abs().sum() > 0
+    with pytest.raises(ValueError, match=rf"HardConcrete: {end} must be a finite number"):
+        torch.func.vmap(log_prob(True))(torch.tensor([good, bad], dtype=torch.float64))
+    with pytest.raises(ValueError, match=rf"HardConcrete: {end} must be a finite number"):
+        torch.func.grad(log_prob(True))(torch.tensor(bad, dtype=torch.float64))
+
+
+def test_torch_compile_turns_the_default_validation_off_for_the_process():
+    """What docs/numerics.rst tells users: torch's first ``torch.compile`` call sets
+    torch.distributions' default validation off for the whole process (torch/_dynamo's
+    ``TorchPatcher``), so eager distributions built afterwards are unchecked unless told, and
+    ``pyro.enable_validation(True)`` turns it back on. (tests/conftest.py turns it on before each test.)"""
+    script = """
+import pyro, torch
+import pyro_concrete as pc
+bad = lambda: pc.HardConcrete(2 / 3, logits=torch.tensor(0.0), high=torch.tensor(0.9))
+try:
+    bad()
+except ValueError as error:
+    assert "high must be a finite number > 1" in str(error)
+else:
+    raise AssertionError("checked before compiling")
+torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+assert not torch.distributions.Distribution._validate_args
+assert bad().prob_nonzero.isfinite()  # unchecked
+pyro.enable_validation(True)
+try:
+    bad()
+except ValueError:
+    pass
+else:
+    raise AssertionError("unchecked after pyro.enable_validation(True)")
+"""
+    # in a fresh interpreter: torch turns it off at the process's first compilation only
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False,
+                         cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -134,3 +134,41 @@ def test_l0_objective_counts_every_gate_a_site_draws_scaled_as_the_likelihood(ba
     expected = -8 * stats.norm.logpdf(0.5, 0.0, 1.0) + l0 * (expit(log_alpha - shift).sum() + 3 * expit(0.3 - shift))
     z = abs(values.mean() - expected) / (values.std(ddof=1) / np.sqrt(len(values)))
     assert z < 4.5, (values.mean(), expected, z)  # |z| > 4.5: probability 7e-6
+
+
+def test_l0_objective_charges_only_the_gates_a_mask_keeps(backend):
+    """Gates masked out -- by the mask handler around the site, by the distribution's own ``.mask``,
+    and inside ``to_event`` -- are not charged, as their density would not be: the objective counted
+    every gate a site drew (2 masked of 4 here, so twice the penalty). The observations do not depend
+    on the gates, so the value is exact at every seed, and the gradient is that of the kept gates."""
+    temperature, l0, low, high = 2 / 3, 3.0, -0.1, 1.1
+    shift = temperature * np.log(-low / high)
+    log_alpha = np.array([0.5, -1.0, 2.0, 0.1])
+    handler_mask, own_mask = np.array([True, False, True, False]), np.array([True, True, False, False])
+    y = backend.array(np.full(2, 0.5))
+
+    def gates(site_name, logits):
+        with backend.plate("units", 4), backend.mask(handler_mask):
+            backend.site(site_name, backend.lib.HardConcrete(temperature, logits=logits))
+        # own mask, then one event of 4 gates: the masked ones add nothing to its sum
+        backend.site(site_name + "_event", backend.lib.HardConcrete(temperature, logits=logits).mask(backend.array(own_mask, "bool")).to_event(1))
+
+    def model(y):
+        gates("g", backend.array(np.zeros(4)))
+        with backend.plate("data", 2):
+            backend.site("y", backend.normal(0.0, 1.0), obs=y)
+
+    def guide(y):
+        gates("g", backend.param("log_alpha", log_alpha))
+
+    values, grads = backend.loss_samples(model, guide, y, loss=backend.lib.L0Objective(l0), seeds=range(1, 3))
+    kept = handler_mask.astype(float) + own_mask
+    p = expit(log_alpha - shift)
+    np.testing.assert_allclose(values, -2 * stats.norm.logpdf(0.5) + l0 * (kept * p).sum(), rtol=1e-10)
+    np.testing.assert_allclose(grads["log_alpha"], np.broadcast_to(l0 * kept * p * (1 - p), (2, 4)), rtol=1e-8)
+
+
+@pytest.mark.parametrize("l0", [-1.0, float("nan"), float("inf"), True, "3", None])
+def test_l0_objective_refuses_an_l0_that_is_not_a_finite_nonnegative_number(backend, l0):
+    with pytest.raises(ValueError, match=r"L0Objective: l0 must be a finite number >= 0"):
+        backend.lib.L0Objective(l0)

@@ -99,7 +99,7 @@ def test_copies_and_equal_user_data_raise_while_the_sample_lives(backend, name):
 def test_a_concrete_prior_scores_the_sample_by_the_relaxed_sample_behind_it(backend, case, dtype):
     """A relaxed prior (Concrete, BinConcrete) with a straight-through guide: the prior scores the
     discrete value by the relaxed sample behind it -- finite, as the guide's own log_prob -- where
-    the discrete value itself is a vertex of the simplex (or 0/1), with an infinite density."""
+    the discrete value itself is a vertex of the simplex (or 0/1), where the density is only a limit."""
     name, t, logits = case
     prior_logits = np.linspace(-1.0, 1.0, np.size(logits)).reshape(np.shape(logits))
     d = _make(backend, name, t, logits, dtype)

@@ -35,10 +35,43 @@ def test_linear_decay_and_constant(backend):
     (lambda lib: lib.linear_decay(1.0, float("inf"), steps=10), "final must be a positive"),
     (lambda lib: lib.constant(-2.0), "value must be a positive"),
     (lambda lib: lib.constant(1.0)(-1), "step must be >= 0"),
+    # steps count: a float, NaN or inf step (a floor of NaN was the floor, 0.5) and a boolean are refused
+    (lambda lib: lib.linear_decay(2.0, 0.5, steps=10)(2.5), "step must be an integer"),
+    (lambda lib: lib.exponential_decay()(float("nan")), "step must be an integer"),
+    (lambda lib: lib.exponential_decay()(float("inf")), "step must be an integer"),
+    (lambda lib: lib.constant(1.0)(True), "step must be an integer"),
+    (lambda lib: lib.exponential_decay(every=True), "every must be an integer"),
+    (lambda lib: lib.exponential_decay(rate=True), "rate must be a finite number"),
+    (lambda lib: lib.linear_decay(1.0, 0.5, steps=True), "steps must be an integer"),
 ])
 def test_bad_schedule_arguments_raise(backend, make, match):
     with pytest.raises(ValueError, match=match):
         make(backend.lib)
+
+
+def test_schedules_take_integer_arrays_and_tensors(backend):
+    """A step as an integer array (tensor) is the same step; a float array is refused as a float."""
+    schedule = backend.lib.exponential_decay(initial=2.0, rate=1e-2, floor=0.5)
+    assert float(schedule(backend.array(7, "int64"))) == pytest.approx(2.0 * math.exp(-0.07), rel=1e-6)
+    with pytest.raises(ValueError, match="step must be an integer"):
+        schedule(backend.array(7.0))
+
+
+@pytest.mark.parametrize("precision", ["float32"])  # JAX's x64 mode off (tests/conftest.py), as a float32 user runs it
+@pytest.mark.parametrize("make, name", [
+    (lambda lib: lib.constant(1e-50), "value"),
+    (lambda lib: lib.constant(1e39), "value"),
+    (lambda lib: lib.exponential_decay(floor=1e-300), "floor"),
+    (lambda lib: lib.linear_decay(1e40, 0.5, steps=10), "initial"),
+])
+def test_numpyro_schedules_refuse_numbers_their_float_dtype_rounds_to_zero_or_inf(make, name, precision):
+    """NumPyro's schedules compute in JAX's default float dtype, float32 unless x64 is on: 1e-50 was
+    a temperature of 0.0 and 1e39 one of inf, given without an error. (Pyro's are Python floats, which
+    the distributions check as their logits' dtype rounds them.)"""
+    import numpyro_concrete
+
+    with pytest.raises(ValueError, match=rf"{name} = .* in float32"):
+        make(numpyro_concrete)
 
 
 LEARNABLE = [c for c in CASES if min(np.ravel(c.temperature)) >= 0.1]

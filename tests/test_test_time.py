@@ -249,8 +249,53 @@ def test_a_relaxed_site_conditioned_inside_at_a_discrete_value_raises(backend, h
     compiled decoding from a callback, whose error carries the message)."""
     b = np.random.default_rng(3).integers(0, 2, N).astype(float)
     model = backend.condition(two_site_mixture(backend, validate_args=False), {"b": b})  # the density's own check off
-    with pytest.raises(ValueError, match=rf"{helper}: site 'b' \(BinConcrete\) is observed at a value where its density is infinite"):
+    with pytest.raises(ValueError, match=rf"{helper}: site 'b' \(BinConcrete\) is observed at a point of its support's boundary"):
         getattr(backend.lib, helper)(model, backend.array(DATA))
+
+
+# (class, temperature, a discrete value of its sample space, the logits): the density's limit there is
+# finite (BinConcrete at T = 1, Concrete K = 3 at T = 2) or 0 (T above those), or the log-space nodes' ±inf
+OBSERVED_AT_THE_BOUNDARY = [
+    ("BinConcrete", 1.0, 1.0, 0.8),
+    ("BinConcrete", 1.5, 0.0, 0.8),
+    ("Concrete", 2.0, [1.0, 0.0, 0.0], [0.3, -0.2, 0.5]),
+    ("ExpConcrete", 0.5, [0.0, -np.inf, -np.inf], [0.3, -0.2, 0.5]),
+    ("LogitBinConcrete", 0.5, np.inf, 0.8),
+]
+
+
+@pytest.mark.parametrize("name, t, value, logits", OBSERVED_AT_THE_BOUNDARY, ids=[f"{c[0]}-T{c[1]}" for c in OBSERVED_AT_THE_BOUNDARY])
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_relaxed_site_observed_at_a_discrete_value_raises_whatever_its_limit(backend, name, t, value, logits, validate):
+    """A discrete label observed at a relaxed site (an SS-VAE's y, written with the relaxed prior):
+    where the boundary limit of the density is finite or 0, ``marginal_log_likelihood`` returned it
+    as the label's log-likelihood (BinConcrete at T = 1: -0.28 where the Bernoulli's is -1.45) or
+    -inf. Every helper raises now, with validation on or off; elements masked out (padding) are left
+    alone, and the discrete counterpart scores the same data exactly."""
+    x = np.array([0.4, -1.1])
+
+    def model(x, kept=(True, True), site=None):
+        d = site or backend.make(name, t, logits=np.asarray(logits), validate_args=validate)
+        with backend.plate("data", 2):
+            s = backend.site("s", backend.lib.BinConcrete(0.5, logits=backend.array(0.2)))
+            with backend.mask(np.array(kept)):
+                backend.site("y", d, obs=backend.array(np.stack([value, value])))
+            backend.site("x", backend.normal(2.0 * s, 1.0), obs=x)
+
+    # under validation the density's own check may refuse the value first, eagerly (its message: test_errors.py)
+    refused = rf"site 'y' \({name}\) is observed at a point of its support's boundary|{name}\.log_prob: .* density is only a limit"
+    for helper in ("marginal_log_likelihood", "map_assignment"):
+        with pytest.raises(ValueError, match=refused):
+            getattr(backend.lib, helper)(model, backend.array(x))
+    mixture = np.logaddexp(log_expit(0.2) + stats.norm.logpdf(x, 2.0, 1.0), log_expit(-0.2) + stats.norm.logpdf(x, 0.0, 1.0)).sum()
+    if not validate:  # both elements masked out: the boundary values are padding, and the model is the mixture over s
+        padded = float(backend.numpy(backend.lib.marginal_log_likelihood(model, backend.array(x), (False, False))))
+        np.testing.assert_allclose(padded, mixture, rtol=1e-9)
+    # the discrete counterpart of the relaxed class, observed at the same value (log-space: its limit's value)
+    limit = backend.make(name, t, logits=np.asarray(logits)).discrete()
+    exact = float(backend.numpy(backend.lib.marginal_log_likelihood(model, backend.array(x), (True, True), limit)))
+    data_log_prob = float(backend.numpy(limit.log_prob(backend.array(np.asarray(value))))) * 2
+    np.testing.assert_allclose(exact, mixture + data_log_prob, rtol=1e-9)
 
 
 def trainable_mixture(backend):

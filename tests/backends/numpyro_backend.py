@@ -20,7 +20,7 @@ import numpyro_concrete
 from numpyro_concrete import _numerics
 from tests.backends import Run, Site
 
-_DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "bool": jnp.bool_}
+_DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64, "int64": jnp.int64, "bool": jnp.bool_}
 
 
 class Backend:

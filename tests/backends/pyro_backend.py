@@ -13,7 +13,7 @@ from pyro_concrete import _numerics
 
 from tests.backends import Run, Site
 
-_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "bool": torch.bool}
 
 
 class Backend:
