@@ -252,6 +252,11 @@ class RelaxMessenger(Messenger):
         else:
             return
         msg["fn"] = rewrap(relaxed, wrappers)
+        # a mark for enumeration (config_enumerate inside relax marked the discrete site) no longer
+        # applies: the relaxed site is continuous (Pyro's TraceEnum_ELBO failed on it with an empty
+        # NotImplementedError). A new dict: the user's own ``infer`` is left as given.
+        if (msg.get("infer") or {}).get("enumerate") is not None:
+            msg["infer"] = {key: value for key, value in msg["infer"].items() if key != "enumerate"}
 
 
 def relax(
@@ -259,7 +264,8 @@ def relax(
 ) -> Union["RelaxMessenger", Callable[..., Any]]:
     """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
     BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
-    as written. Observed sites are left alone.
+    as written. Observed sites are left alone; a relaxed site loses any mark for enumeration
+    (``config_enumerate`` inside ``relax``): it is continuous.
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param temperature: a number, a dict of numbers by site name, or a callable taking the site

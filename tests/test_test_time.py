@@ -1030,3 +1030,31 @@ def test_a_point_mass_guide_on_a_concrete_latent_has_no_optimum(backend):
                                               backend.array(np.array(-2.9)))))
     slopes = np.diff(losses) / np.diff(np.log(1 / eps))
     np.testing.assert_allclose(slopes, -(3 - 1 - temperature), rtol=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore:TraceEnum_ELBO found no sample sites configured for enumeration")  # none left: the point
+def test_relax_unmarks_a_site_marked_for_enumeration(backend):
+    """``relax(config_enumerate(model))``: the mark for enumeration that ``config_enumerate`` (inside)
+    set on the Bernoulli stayed on the relaxed BinConcrete site, and Pyro's ``TraceEnum_ELBO`` failed
+    on it with an empty NotImplementedError (enumerate_support). The relaxed site is unmarked: the
+    loss is that of the model written with BinConcrete, draw for draw, and the user's ``infer`` dict
+    is left as given."""
+    y = backend.array([1.0, -0.5, 2.5])
+    infer = {"enumerate": "parallel"}
+
+    def model(y, written_relaxed=False):
+        with backend.plate("data", 3):
+            logits = backend.array(0.3)
+            d = backend.lib.BinConcrete(0.5, logits=logits) if written_relaxed else backend.lib.limits.Bernoulli(logits=logits)
+            b = backend.site("b", d, infer=None if written_relaxed else infer)
+            backend.site("y", backend.normal(2 * b, 0.5), obs=y)
+
+    def guide(y, written_relaxed=False):
+        with backend.plate("data", 3):
+            backend.site("b", backend.lib.BinConcrete(0.7, logits=backend.array([0.8, -0.4, 1.5])))
+
+    relaxed = backend.lib.relax(model, temperature=0.5, sites="b")
+    loss = backend.in_seed(lambda: backend.enum_loss(relaxed, guide, y), seed=3)
+    expected = backend.in_seed(lambda: backend.enum_loss(model, guide, y, True), seed=3)
+    assert np.isfinite(loss) and loss == pytest.approx(expected, rel=1e-12)
+    assert infer == {"enumerate": "parallel"}
