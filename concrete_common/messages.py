@@ -147,6 +147,17 @@ def check_full_plate(plate, subsample_size, size):
         )
 
 
+def host_enumeration_refused(cls_name):
+    """Why NumPyro's one-hot, log one-hot and +-inf limits refuse ``enumerate_support``."""
+    return (
+        f"{cls_name}.enumerate_support: NumPyro's enumeration (config_enumerate, TraceEnum_ELBO, infer_discrete, "
+        "NUTS's own) and its Gibbs samplers (DiscreteHMCGibbs, MixedHMC) take a discrete site's values to be "
+        f"integers, one per coordinate, which {cls_name}'s are not; enumerate the model with "
+        "discrete(model, mode=\"enumerate\") (an index enumerated in the site's place; NUTS then sums it out), or "
+        "write the site with the host's Categorical / Bernoulli"
+    )
+
+
 def no_bijection_onto_gate():
     """Why ``biject_to`` refuses Hard Concrete's support, and what to do instead."""
     return ValueError(

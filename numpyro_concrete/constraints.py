@@ -248,6 +248,14 @@ class _Gate(constraints._UnitInterval):
     def __repr__(self) -> str:
         return "Gate()"
 
+    # not the unit interval (whose equality, inherited, compares the ends): a support compared with
+    # ``==`` must not take the gate for it
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
 
 log_simplex = _LogSimplex()
 simplex = _Simplex()

@@ -285,6 +285,7 @@ def discrete_log_likelihood(
     model, guide = with_given(with_params(model, params), given), with_params(guide, params)
     for fn in (model, guide):
         check_scan(fn, args, kwargs)
+    check_observed_densities(trace(model, key, args, kwargs))  # an observed site's value and class do not depend on the draw
     discretized, hidden, marginals = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)

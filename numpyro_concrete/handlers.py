@@ -270,8 +270,8 @@ class RelaxMessenger(Messenger):
             raise ValueError(f"relax: {messages.scanned_site(msg['name'], type(base).__name__, why)}")
         msg["fn"] = rewrap(relaxed, wrappers)
         # a mark for enumeration (config_enumerate inside relax marked the discrete site) no longer
-        # applies: the relaxed site is continuous (Pyro's TraceEnum_ELBO failed on it with an empty
-        # NotImplementedError). A new dict: the user's own ``infer`` is left as given.
+        # applies: the relaxed site is continuous (Pyro's TraceEnum_ELBO failed on such a mark with an
+        # empty NotImplementedError; NumPyro's skips it). A new dict: the user's own ``infer`` is left as given.
         if (msg.get("infer") or {}).get("enumerate") is not None:
             msg["infer"] = {key: value for key, value in msg["infer"].items() if key != "enumerate"}
 

@@ -9,9 +9,18 @@ BinConcrete            Bernoulli                   0 or 1
 LogitBinConcrete       LogitBernoulli              -inf or +inf (the logit of 0 or 1)
 =====================  ==========================  ====================================
 
-All are enumerable and have a ``mode`` taken from the logits (argmax, first index on ties;
-``logits > 0``), which is never NaN. NumPyro has no OneHotCategorical; this module provides one.
-Values are floats of the logits' dtype, as the relaxed samples are.
+All have a ``mode`` taken from the logits (argmax, first index on ties; ``logits > 0``), which is
+never NaN. NumPyro has no OneHotCategorical; this module provides one. Values are floats of the
+logits' dtype, as the relaxed samples are.
+
+NumPyro's enumeration (``config_enumerate``, ``TraceEnum_ELBO``, ``infer_discrete``, NUTS's own)
+and its Gibbs samplers (``DiscreteHMCGibbs``, ``MixedHMC``) take a discrete site's values to be
+integers, one per coordinate: DiscreteHMCGibbs proposed 0..K-1 for each coordinate of a one-hot
+(rows such as [2, 1, 0]) and 0/1 for LogitBernoulli's +-inf, with no error. So
+``OneHotCategorical``, ``ExpOneHotCategorical`` and ``LogitBernoulli`` declare an enumerable support,
+so that those ask, and refuse ``enumerate_support`` with a ValueError pointing to
+``discrete(model, mode="enumerate")``, which enumerates an index in the site's place. ``Bernoulli``
+(0 or 1) is enumerable by the host.
 """
 
 from typing import Any, Optional
@@ -23,6 +32,8 @@ from jax import Array
 from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.util import lazy_property, validate_sample
+
+from concrete_common.messages import host_enumeration_refused
 
 from . import constraints as concrete_constraints
 from ._checks import ValidatedValues
@@ -46,11 +57,7 @@ class OneHotCategorical(ValidatedValues, Distribution):
     arg_constraints = {"logits": constraints.real_vector, "probs": constraints.simplex}
     pytree_data_fields = ("logits", "probs")  # both lazy properties: named, or the pytree would hold neither
     support = concrete_constraints.one_hot
-    # enumerable, but not by the host: NumPyro's enumeration and its Gibbs samplers (DiscreteHMCGibbs,
-    # MixedHMC, NUTS's own enumeration) take a discrete site's values to be integers, one per
-    # coordinate (DiscreteHMCGibbs proposed K values for each coordinate of a one-hot: rows such as
-    # [2, 1, 0], with no error). discrete(mode="enumerate") enumerates an index in its place.
-    has_enumerate_support = False
+    has_enumerate_support = True  # so that the host's enumeration and Gibbs samplers ask, and are refused
 
     def __init__(
         self, probs: Optional[ArrayLike] = None, logits: Optional[ArrayLike] = None, validate_args: Optional[bool] = None
@@ -95,6 +102,11 @@ class OneHotCategorical(ValidatedValues, Distribution):
         return jnp.take_along_axis(log_probs, jnp.argmax(value, -1)[..., None], -1)[..., 0]
 
     def enumerate_support(self, expand: bool = True) -> Array:
+        """Refused (see the module docstring): NumPyro's enumeration takes values to be integers."""
+        raise ValueError(host_enumeration_refused(type(self).__name__))
+
+    def _enumerated_values(self, expand: bool = True) -> Array:
+        """The one-hot vectors, shaped as ``enumerate_support`` would be."""
         k = self.event_shape[0]
         values = jnp.eye(k, dtype=self.logits.dtype).reshape((k,) + (1,) * len(self.batch_shape) + (k,))
         return jnp.broadcast_to(values, (k,) + self.batch_shape + (k,)) if expand else values
@@ -161,7 +173,7 @@ class _DiscreteInLogSpace(ValidatedValues, Distribution):
 
     arg_constraints: dict[str, Any] = {}
     pytree_data_fields = ("base",)
-    has_enumerate_support = False  # values that are not integers (log one-hot, +-inf): as OneHotCategorical's
+    has_enumerate_support = True  # so that the host's enumeration and Gibbs samplers ask, and are refused
     _base_class: Any  # the host's class of the underlying discrete distribution
 
     def __init__(
@@ -199,7 +211,12 @@ class _DiscreteInLogSpace(ValidatedValues, Distribution):
         return self.base.log_prob(self._hide(value))
 
     def enumerate_support(self, expand: bool = True) -> Array:
-        return self._show(self.base.enumerate_support(expand))
+        """Refused (see the module docstring): NumPyro's enumeration takes values to be integers."""
+        raise ValueError(host_enumeration_refused(type(self).__name__))
+
+    def _enumerated_values(self, expand: bool = True) -> Array:
+        """The values (log one-hot, +-inf), shaped as ``enumerate_support`` would be."""
+        return self._show(getattr(self.base, "_enumerated_values", self.base.enumerate_support)(expand))
 
     @property
     def mode(self) -> Array:

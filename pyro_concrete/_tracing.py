@@ -25,6 +25,19 @@ def quiet_under_trace(fn):
     return wrapper
 
 
+@functools.lru_cache(maxsize=None)
+def make_fx_keeps_detach():
+    """Whether this torch's ``make_fx`` records ``detach`` in the graph it traces. Torch 2.14 records
+    it as ``aten.alias``: autograd, run on the graph afterwards, then differentiates through every
+    ``detach`` -- the surrogates of the score-function losses and straight-through values included --
+    and the compiled VIMCO's guide gradients were wrong (its loss value right). Tracing above
+    autograd (``pre_dispatch``) keeps it, but fails on Pyro's data-dependent checks."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(lambda x: x.detach())(torch.zeros(1))
+    return any(node.target is torch.ops.aten.detach.default for node in graph.graph.nodes)
+
+
 class GraphFunction:
     """``pyro.ops.jit.trace``'s parameter plumbing (Pyro's ``CompiledFunction``) around
     ``torch.compile`` instead of ``torch.jit.trace``: per signature of the call (the shapes, dtypes

@@ -222,6 +222,17 @@ def _assignment(model, args, kwargs, params, given, temperature):
     }
 
 
+def _check_observed_sites(model, args, kwargs):
+    """``check_observed_densities`` on one run of the model (an observed site's value and class do
+    not depend on the latents' draw), with the random state left as it was."""
+    state = pyro.util.get_rng_state()
+    try:
+        with torch.no_grad(), poutine.block():
+            check_observed_densities(poutine.trace(model).get_trace(*args, **kwargs))
+    finally:
+        pyro.util.set_rng_state(state)
+
+
 @named_errors("discrete_log_likelihood")
 def discrete_log_likelihood(
     model: Callable[..., Any],
@@ -278,6 +289,7 @@ def discrete_log_likelihood(
     """
     autoguide = guide
     model, guide = with_given(with_params(model, params), given), with_params(guide, params)
+    _check_observed_sites(model, args, kwargs)
     discretized, hidden, marginals, nesting = proposal(model, guide, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)

@@ -32,7 +32,7 @@ from ._traces import (
     score_log_prob,
     weighed,
 )
-from ._tracing import GraphFunction
+from ._tracing import GraphFunction, make_fx_keeps_detach
 from .handlers import unwrap
 from .hard_concrete import HardConcrete
 
@@ -278,7 +278,9 @@ class _Compiled(ImportanceWeightedELBO):
     ``{"mode": "reduce-overhead"}``). The same restrictions either way: static model structure,
     tensors passed in ``*args`` (a temperature that changes between steps too), non-tensors in
     ``**kwargs`` (one compilation per distinct value), and a fixed batch shape per compilation
-    (``torch.compile``: a new shape compiles again)."""
+    (``torch.compile``: a new shape compiles again). ``compiler="torch.compile"`` needs a torch whose
+    ``make_fx`` keeps ``detach`` in its graph (2.13 does; 2.14 records it as an alias, which would
+    make the gradients wrong): elsewhere it raises a NotImplementedError."""
 
     def __init__(
         self,
@@ -291,6 +293,12 @@ class _Compiled(ImportanceWeightedELBO):
         super().__init__(num_particles=num_particles, plate=plate)
         if compiler not in COMPILERS:
             raise ValueError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
+        if compiler == "torch.compile" and not make_fx_keeps_detach():
+            raise NotImplementedError(
+                f"compiler='torch.compile' on torch {torch.__version__}: its make_fx traces detach() as an alias, so "
+                "gradients would flow through every detach of the loss (its score-function surrogate, straight-through "
+                "values) and be wrong; use compiler='torch.jit.trace' or the eager loss"
+            )
         self.ignore_jit_warnings, self.jit_options, self.compiler = ignore_jit_warnings, jit_options, compiler
         self._compiled: Optional[Callable[..., Tensor]] = None
 

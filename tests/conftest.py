@@ -13,8 +13,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # (XLA stops reading XLA_FLAGS at a token that is not a flag: only flags here)
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0")
 
-import jax  # noqa: E402
 import pytest  # noqa: E402
+
+try:  # the Pyro half runs without JAX (CONCRETE_TEST_BACKENDS=pyro; make compat's newest-torch)
+    import jax  # noqa: E402
+except ImportError:
+    jax = None
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from tests.backends import BACKEND_NAMES, enable_x64, load_backend  # noqa: E402
@@ -40,6 +44,8 @@ def pytest_configure(config):
     directory = str((base.parent if hasattr(config, "workerinput") else base) / "jax-compilation-cache")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    if jax is None:
+        return
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
@@ -95,6 +101,9 @@ def _jax_precision(request):
     """JAX's x64 mode for the test: off for the float32 cases (a parameter "float32"), as a float32
     user runs NumPyro, so that no float32 result depends on an x64 process; on for every other case
     (the float64 cases and the tests that build float64 arrays need it)."""
+    if jax is None:
+        yield
+        return
     with enable_x64(not _is_float32_case(request)):
         yield
 

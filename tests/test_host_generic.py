@@ -1022,20 +1022,20 @@ def test_pytree_round_trips(backend, case):
 def test_discrete_limit_is_enumerable(backend, case):
     """Pyro test_support_is_discrete (P13), test_enumerate_support_shape (P15) / NumPyro
     test_enumerate_support_smoke, on ``.discrete()`` of the straight-through classes and HardConcrete
-    (tests/test_discrete.py has the four relaxed classes): discrete support, enumerate_support(expand=True)
+    (tests/test_discrete.py has the four relaxed classes): discrete and enumerable support, enumerate_support(expand=True)
     of shape (n,) + batch + event and expand=False of shape (n,) + (1,) * len(batch) + event with equal
     broadcast values, and the masses of the enumerated values: softmax(logits) / sigmoid(logits) for the
     straight-through classes, P(gate open) = sigmoid(logits - T log(-low / high)) (Louizos et al. eq. 12)
-    for HardConcrete; they sum to 1. (NumPyro's one-hot limit declares no enumerable support to
-    the host, whose enumeration and Gibbs samplers take values to be integers: tests/test_numpyro_jax.py;
-    its ``enumerate_support`` is the library's.)"""
+    for HardConcrete; they sum to 1. (NumPyro's one-hot limit refuses the host's enumerate_support,
+    whose enumeration and Gibbs samplers take values to be integers: tests/test_numpyro_jax.py;
+    the values are the library's: ``backend.enumerate_support``.)"""
     d = case.make(backend).discrete()
-    assert d.support.is_discrete
+    assert d.support.is_discrete and d.has_enumerate_support
     b, e = case.batch_shape, case.event_shape
-    support = backend.numpy(d.enumerate_support(expand=True))
+    support = backend.numpy(backend.enumerate_support(d, expand=True))
     n = e[0] if case.n_ary else 2
     assert support.shape == (n,) + b + e
-    compact = backend.numpy(d.enumerate_support(expand=False))
+    compact = backend.numpy(backend.enumerate_support(d, expand=False))
     assert compact.shape == (n,) + (1,) * len(b) + e
     np.testing.assert_array_equal(np.broadcast_to(compact, support.shape), support)
     a, t, low, high = case.broadcast_params()

@@ -600,25 +600,39 @@ def _limit_model(name):
     return model
 
 
+@pytest.mark.filterwarnings("ignore:Some algorithms will automatically enumerate")  # NUTS's own, before the refusal
 @pytest.mark.parametrize("name", ["Concrete", "ExpConcrete", "LogitBinConcrete"])
-@pytest.mark.parametrize("kernel", ["DiscreteHMCGibbs", "MixedHMC", "NUTS"])
-def test_the_hosts_discrete_samplers_refuse_limits_whose_values_are_not_integers(name, kernel):
-    """NumPyro's Gibbs samplers take a discrete site's values to be one integer per coordinate:
-    on ``discrete(model, mode="sample")`` DiscreteHMCGibbs proposed 0..K-1 for each coordinate of a
-    one-hot (rows such as [2, 1, 0]; P(z) estimated as [0.86, 0.87, 1.27] where the exact one is
-    [0.05, 0.27, 0.68]) and 0/1 for a LogitBinConcrete limit (+-inf), with no error, or stuck at its
-    first value under validation. The limits declare no enumerable support to the host now, so each
-    sampler refuses the site (docs/test_time.rst: NUTS on the enumerate mode sums it out instead)."""
-    from numpyro.infer import HMC, MCMC, NUTS, DiscreteHMCGibbs, MixedHMC
+@pytest.mark.parametrize("route", ["DiscreteHMCGibbs", "MixedHMC", "NUTS", "TraceEnum_ELBO", "infer_discrete"])
+def test_the_hosts_enumeration_and_gibbs_samplers_refuse_limits_whose_values_are_not_integers(name, route):
+    """NumPyro's Gibbs samplers and enumeration take a discrete site's values to be one integer per
+    coordinate: on ``discrete(model, mode="sample")`` DiscreteHMCGibbs proposed 0..K-1 for each
+    coordinate of a one-hot (rows such as [2, 1, 0]; P(z) estimated as [0.86, 0.87, 1.27] where the
+    exact one is [0.05, 0.27, 0.68]) and 0/1 for a LogitBinConcrete limit (+-inf), with no error, or
+    stuck at its first value under validation. Each route now asks for the limit's enumerate_support
+    and is refused with a ValueError pointing to the enumerate mode (a limit that declared no
+    enumerable support was instead left unenumerated by config_enumerate: drawn from its prior by
+    TraceEnum_ELBO, with no error)."""
+    from numpyro.contrib.funsor import config_enumerate, infer_discrete
+    from numpyro.infer import HMC, MCMC, NUTS, DiscreteHMCGibbs, MixedHMC, TraceEnum_ELBO
 
     sampled = nc.discrete(_limit_model(name), mode="sample")
-    make = {
-        "DiscreteHMCGibbs": lambda: DiscreteHMCGibbs(NUTS(sampled)),
-        "MixedHMC": lambda: MixedHMC(HMC(sampled, trajectory_length=1.2)),
-        "NUTS": lambda: NUTS(sampled),
-    }[kernel]
-    with pytest.raises((ValueError, RuntimeError), match="owns no sites|Cannot detect any discrete|does not have enumerate support"):
-        MCMC(make(), num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
+    limit = type(getattr(nc, name)(0.5, logits=LIMIT_LOGITS).discrete()).__name__
+
+    def run():
+        if route == "TraceEnum_ELBO":
+            return TraceEnum_ELBO().loss(jax.random.PRNGKey(0), {}, config_enumerate(sampled), lambda: None)
+        if route == "infer_discrete":
+            decoded = infer_discrete(config_enumerate(sampled), first_available_dim=-1, rng_key=jax.random.PRNGKey(1))
+            return numpyro.handlers.trace(numpyro.handlers.seed(decoded, 0)).get_trace()
+        kernel = {
+            "DiscreteHMCGibbs": lambda: DiscreteHMCGibbs(NUTS(sampled)),
+            "MixedHMC": lambda: MixedHMC(HMC(sampled, trajectory_length=1.2)),
+            "NUTS": lambda: NUTS(sampled),
+        }[route]()
+        return MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False).run(jax.random.PRNGKey(0))
+
+    with pytest.raises(ValueError, match=rf"{limit}\.enumerate_support: NumPyro's enumeration .* discrete\(model, mode=\"enumerate\"\)"):
+        run()
 
 
 def test_nuts_on_the_enumerate_mode_samples_the_exact_posterior_of_the_continuous_global():

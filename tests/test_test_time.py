@@ -271,7 +271,8 @@ def test_a_relaxed_site_observed_at_a_discrete_value_raises_whatever_its_limit(b
     where the boundary limit of the density is finite or 0, ``marginal_log_likelihood`` returned it
     as the label's log-likelihood (BinConcrete at T = 1: -0.28 where the Bernoulli's is -1.45) or
     -inf. Every helper raises now, with validation on or off; elements masked out (padding) are left
-    alone, and the discrete counterpart scores the same data exactly."""
+    alone, and the discrete counterpart scores the same data exactly. ``discrete_log_likelihood``
+    refuses it too."""
     x = np.array([0.4, -1.1])
 
     def model(x, kept=(True, True), site=None):
@@ -287,6 +288,13 @@ def test_a_relaxed_site_observed_at_a_discrete_value_raises_whatever_its_limit(b
     for helper in ("marginal_log_likelihood", "map_assignment"):
         with pytest.raises(ValueError, match=refused):
             getattr(backend.lib, helper)(model, backend.array(x))
+
+    def guide(x, kept=(True, True), site=None):
+        with backend.plate("data", 2):
+            backend.site("s", backend.lib.BinConcrete(0.5, logits=backend.array(0.1)))
+
+    with pytest.raises(ValueError, match=refused):  # the bound scored the label by the limit too
+        backend.discrete_log_likelihood(model, guide, backend.array(x), num_particles=2)
     mixture = np.logaddexp(log_expit(0.2) + stats.norm.logpdf(x, 2.0, 1.0), log_expit(-0.2) + stats.norm.logpdf(x, 0.0, 1.0)).sum()
     if not validate:  # both elements masked out: the boundary values are padding, and the model is the mixture over s
         padded = float(backend.numpy(backend.lib.marginal_log_likelihood(model, backend.array(x), (False, False))))

@@ -9,6 +9,9 @@ Environments (what cannot be installed here is said in the README's table, not t
   of the others were raised to what passes (README, Supported versions).
 - ``newest``: Python 3.11, the newest of each that installs for it; torch 2.13.0 (newer torch
   installs here only as a CUDA build).
+- ``newest-torch``: Python 3.11, the newest torch on this disk (2.14.1, a CUDA build, run on the
+  CPU; pip's cap here, /etc/xdg/pip) and the newest pyro-ppl, the Pyro half only
+  (``CONCRETE_TEST_BACKENDS=pyro``).
 - ``newest-jax``: Python 3.12 and the newest jax, jaxlib and numpyro (jax >= 0.11 needs Python
   3.12), the NumPyro half only (``CONCRETE_TEST_BACKENDS=numpyro``: torch for Python 3.12 is a CUDA
   build here), and the NumPyro examples' tests (``tests/test_examples.py -k numpyro``: the mixture,
@@ -58,6 +61,10 @@ ENVIRONMENTS = {
     "newest": dict(
         python="3.11", backends="pyro,numpyro",
         packages=["torch==2.13.0", "pyro-ppl", "jax", "jaxlib", "numpyro", "funsor", "numpy"],
+    ),
+    "newest-torch": dict(
+        python="3.11", backends="pyro",
+        packages=["torch==2.14.1", "pyro-ppl", "numpy"],
     ),
     "newest-jax": dict(
         python="3.12", backends="numpyro",

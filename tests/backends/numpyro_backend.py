@@ -98,6 +98,12 @@ class Backend:
     def jacobian(self, fn, u):
         return np.asarray(jax.jacfwd(fn)(jnp.asarray(np.asarray(u), dtype=jnp.float64)))
 
+    def enumerate_support(self, d, expand=True):
+        """The enumerated values of a discrete limit: NumPyro's one-hot, log one-hot and +-inf limits
+        refuse the host's ``enumerate_support`` (its enumeration takes values to be integers:
+        tests/test_numpyro_jax.py), and hold the values the library enumerates in ``_enumerated_values``."""
+        return getattr(d, "_enumerated_values", d.enumerate_support)(expand)
+
     def biject_to(self, constraint):
         return biject_to(constraint)
 
