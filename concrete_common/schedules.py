@@ -39,11 +39,8 @@ def check_integer(schedule, step, single=True):
     """A ValueError unless ``step`` is an integer: a Python or NumPy integer, or an array or tensor
     of an integer dtype (``single``: with one element). A float step (2.5, NaN, inf) or a boolean is
     refused: the schedules count steps."""
-    if isinstance(step, bool):
-        pass
-    elif isinstance(step, numbers.Integral):
-        return
-    elif "int" in str(getattr(step, "dtype", "")) and not (single and getattr(step, "shape", ()) not in ((), (1,))):
+    integer_array = "int" in str(getattr(step, "dtype", "")) and (not single or getattr(step, "shape", ()) in ((), (1,)))
+    if not isinstance(step, bool) and (isinstance(step, numbers.Integral) or integer_array):
         return
     raise ValueError(f"{schedule}: step must be {'an integer' if single else 'an integer or an array of integers'} (the SVI step's count), got {step!r}")
 

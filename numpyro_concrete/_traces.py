@@ -151,13 +151,11 @@ class Elementwise(dist.Distribution):
 
 
 def weighed(site, fn):
-    """``fn`` of the site's value (or of zeros of its shape, ``fn`` of the base's parameters), per
-    element of the site's base, weighed as the site's density: the plates' expansion, the masks
-    (``.mask``, ``handlers.mask``), the events' sums and the scale."""
+    """``fn`` of the site's value, per element of the site's base, weighed as the site's density:
+    the plates' expansion, the masks (``.mask``, ``handlers.mask``), the events' sums and the scale."""
     base, wrappers = unwrap(site["fn"])
     stand_in = rewrap(Elementwise(base, fn), wrappers)
-    value = site["value"] if site["value"] is not None else jnp.zeros(stand_in.batch_shape + stand_in.event_shape)
-    return stand_in.log_prob(value) * (1.0 if site["scale"] is None else site["scale"])
+    return stand_in.log_prob(site["value"]) * (1.0 if site["scale"] is None else site["scale"])
 
 
 def boundary_points(base, value):

@@ -142,13 +142,11 @@ class Elementwise(TorchDistribution):
 
 
 def weighed(site, fn):
-    """``fn`` of the site's value (or of zeros of its shape, ``fn`` of the base's parameters), per
-    element of the site's base, weighed as the site's density: the plates' expansion, the masks
-    (``.mask``, ``poutine.mask``), the events' sums and the scale."""
+    """``fn`` of the site's value, per element of the site's base, weighed as the site's density:
+    the plates' expansion, the masks (``.mask``, ``poutine.mask``), the events' sums and the scale."""
     base, wrappers = unwrap(site["fn"])
     stand_in = rewrap(Elementwise(base, fn), wrappers)
-    value = site["value"] if site["value"] is not None else torch.zeros(stand_in.batch_shape + stand_in.event_shape)
-    return scale_and_mask(stand_in.log_prob(value), site["scale"], site["mask"])
+    return scale_and_mask(stand_in.log_prob(site["value"]), site["scale"], site["mask"])
 
 
 def boundary_points(base, value):

@@ -416,8 +416,8 @@ def test_log_masses_are_exact_in_float64_where_the_softplus_argument_exceeds_20(
 
 def test_the_support_has_no_bijection_so_autoguides_refuse_a_hard_concrete_latent(backend):
     """Hard Concrete's support is [0, 1] with point masses at its ends: the unit interval's sigmoid
-    never reaches them, so NUTS over a Hard Concrete latent gave P(z = 0) = P(z = 1) = 0 (against
-    0.364 and 0.0025 by quadrature on a one-gate model) and an autoguide a continuous q beside a
+    never reaches them, so NUTS over a Hard Concrete latent gave P(z = 0) = P(z = 1) = 0 (both positive
+    under the posterior) and an autoguide a continuous q beside a
     mixed prior, with no error. ``biject_to`` refuses the support, and with it each of those; the
     support's check still accepts [0, 1]."""
     d = backend.lib.HardConcrete(2 / 3, logits=backend.array(0.0))

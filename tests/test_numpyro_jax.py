@@ -606,8 +606,8 @@ def _limit_model(name):
 def test_the_hosts_enumeration_and_gibbs_samplers_refuse_limits_whose_values_are_not_integers(name, route):
     """NumPyro's Gibbs samplers and enumeration take a discrete site's values to be one integer per
     coordinate: on ``discrete(model, mode="sample")`` DiscreteHMCGibbs proposed 0..K-1 for each
-    coordinate of a one-hot (rows such as [2, 1, 0]; P(z) estimated as [0.86, 0.87, 1.27] where the
-    exact one is [0.05, 0.27, 0.68]) and 0/1 for a LogitBinConcrete limit (+-inf), with no error, or
+    coordinate of a one-hot (rows such as [2, 1, 0]: frequencies far from the exact posterior, not even
+    probabilities) and 0/1 for a LogitBinConcrete limit (+-inf), with no error, or
     stuck at its first value under validation. Each route now asks for the limit's enumerate_support
     and is refused with a ValueError pointing to the enumerate mode (a limit that declared no
     enumerable support was instead left unenumerated by config_enumerate: drawn from its prior by

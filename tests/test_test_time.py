@@ -269,7 +269,7 @@ OBSERVED_AT_THE_BOUNDARY = [
 def test_a_relaxed_site_observed_at_a_discrete_value_raises_whatever_its_limit(backend, name, t, value, logits, validate):
     """A discrete label observed at a relaxed site (an SS-VAE's y, written with the relaxed prior):
     where the boundary limit of the density is finite or 0, ``marginal_log_likelihood`` returned it
-    as the label's log-likelihood (BinConcrete at T = 1: -0.28 where the Bernoulli's is -1.45) or
+    as the label's log-likelihood (BinConcrete at T = 1: a finite number, not the Bernoulli's) or
     -inf. Every helper raises now, with validation on or off; elements masked out (padding) are left
     alone, and the discrete counterpart scores the same data exactly. ``discrete_log_likelihood``
     refuses it too."""
