@@ -145,6 +145,12 @@ def check_full_plate(plate, subsample_size, size):
             f"{size} elements (its sites would be a random subsample, scaled up): evaluate the model with "
             "the full plate (subsample_size=None)"
         )
+    if subsample_size > size:
+        raise ModelError(
+            f"the whole data set is evaluated, but plate {plate!r} takes {subsample_size} indices of its "
+            f"{size} elements (repeats: its sites would be scaled down by {size}/{subsample_size}): evaluate "
+            "the model with the full plate (subsample_size=None)"
+        )
 
 
 def host_enumeration_refused(cls_name):
@@ -186,6 +192,14 @@ def outside_plate(site, plate):
     return ModelError(
         f"site {site!r} is outside plate {plate!r}: one value per element of the plate needs every site inside "
         "it; pass plate=None for one value of all observations"
+    )
+
+
+def relax_integer_categorical(site, cls_name, one_hot):
+    """``relax(..., sites=...)`` naming a Categorical site of integer values."""
+    return ValueError(
+        f"relax: site {site!r} is {cls_name}, whose values are integers (indices), which no point of the simplex "
+        f"stands for: write it with {one_hot} (its one-hot value selects with z @ table), which relax turns into Concrete"
     )
 
 

@@ -435,7 +435,7 @@ def _subsample_scales(site, trace):
     scales = {}
     for frame in site["cond_indep_stack"]:
         plate_site = trace.get(frame.name)
-        if plate_site is not None and plate_site["type"] == "plate" and frame.size < plate_site["args"][0]:
+        if plate_site is not None and plate_site["type"] == "plate" and frame.size != plate_site["args"][0]:  # more indices than elements: scaled down
             scales[frame.name] = plate_site["args"][0] / frame.size
     return scales
 
@@ -464,6 +464,14 @@ def per_element_at_site(values, site, plate):
     if not frames:
         raise messages.outside_plate(site["name"], plate)
     return jnp.reshape(values, jnp.shape(values) + (1,) * (-frames[0].dim - 1))
+
+
+def shifted_log_weights(w):
+    """Log weights (particles first) less their largest, where that is finite: the quantities VIMCO
+    takes differences of are then of the size of their spread, not of the weights' (float32's spacing
+    at 1e4 is 1e-3: at log weights of -1e4 that error was the size of a particle's signal at m = 1000)."""
+    top = w.max(0, keepdims=True)
+    return w - jnp.where(jnp.isfinite(top), top, 0.0)
 
 
 def log_weights(model_trace, guide_trace, plate, *, globals_given=False):

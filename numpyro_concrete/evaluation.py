@@ -204,6 +204,7 @@ class Predictive(numpyro.infer.Predictive):
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
         self._all_posterior_samples: dict[str, Array] = dict(self.posterior_samples)  # the host's: {} when none given
 
+    @named_errors("Predictive")
     def __call__(self, rng_key: Array, *args: Any, **kwargs: Any) -> dict[str, Array]:
         if self._swap is not None:
             relaxed = self._relaxed_sites(rng_key, args, kwargs)
@@ -225,6 +226,7 @@ class Predictive(numpyro.infer.Predictive):
         batched = self.batch_ndims != 0 and self.params and self.guide is not None
         params = jax.tree_util.tree_map(lambda x: x[0], self.params) if batched else self.params
         traced = trace(handlers.substitute(self._relaxed_model, data=params), rng_key, args, kwargs)
+        check_full_data(traced)  # as the other exact helpers (the host's discrete draws asked for a key)
         return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 

@@ -12,6 +12,7 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+import importlib
 import numbers
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -86,6 +87,14 @@ def _inference_handler_types():
     except ImportError:
         pass
     return tuple(types)
+
+
+def _scan_body_handler_types():
+    """The handler NumPyro's enumerated ``scan`` runs its body under (a private class: none where a
+    version lacks it)."""
+    scan_module = importlib.import_module("numpyro.contrib.control_flow.scan")  # the package's `scan` is the function
+    found = getattr(scan_module, "_promote_fn_shapes", None)
+    return (found,) if isinstance(found, type) else ()
 
 
 # ----------------------------------------------------------------------------- discrete
@@ -171,6 +180,11 @@ class DiscreteMessenger(Messenger):
             raise ValueError(f"discrete(mode={self.mode.value!r}): {messages.scanned_site(msg['name'], type(base).__name__)}")
         if enumerated:
             self._check_handler_order(msg["name"])
+            if any(isinstance(h, _scan_body_handler_types()) for h in _PYRO_STACK[: _PYRO_STACK.index(self)]):
+                # scan(discrete(body, mode="enumerate"), ...): the enumerated scan carries the index, this
+                # mode turns it into a value (a carry of another dtype: a TypeError from lax.scan)
+                why = "with discrete(..., mode='enumerate') around its body, whose enumerated values scan cannot carry"
+                raise ValueError(f"discrete(mode='enumerate'): {messages.scanned_site(msg['name'], type(base).__name__, why)}")
             if any(method == "to_event" and n > 0 for method, n in wrappers):
                 raise ValueError(
                     f"discrete(mode='enumerate'): site {msg['name']!r} is {type(base).__name__}(...).to_event(...), "
@@ -263,6 +277,8 @@ class RelaxMessenger(Messenger):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, (dist.BernoulliLogits, dist.BernoulliProbs)):
             relaxed = BinConcrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
+        elif self.sites is not None and isinstance(base, (dist.CategoricalLogits, dist.CategoricalProbs)):  # named: it cannot be
+            raise messages.relax_integer_categorical(msg["name"], type(base).__name__, "numpyro_concrete.limits.OneHotCategorical")
         else:
             return
         if msg.get("_control_flow_done"):  # scan's stacked site: the body drew discrete values
@@ -287,6 +303,8 @@ def relax(
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param temperature: a number, a dict of numbers by site name, or a callable taking the site
         message and returning the site's temperature.
-    :param sites: None (every OneHotCategorical/Bernoulli site), a site name, or a collection of names.
+    :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
+        alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
+        the simplex stands for an integer value).
     """
     return RelaxMessenger(fn, temperature=temperature, sites=sites)

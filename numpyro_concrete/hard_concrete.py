@@ -185,7 +185,8 @@ class HardConcrete(_BinaryConcrete):
     @property
     def prob_nonzero(self) -> Array:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
-        return jax.nn.sigmoid(self.logits - self.temperature * self._logit_at_zero())
+        # exp(log sigmoid): its gradient p (1 - p) keeps 1 - p where p rounds to 1 (sigmoid's was 0 there)
+        return jnp.exp(jax.nn.log_sigmoid(self.logits - self.temperature * self._logit_at_zero()))
 
     @property
     def deterministic_gate(self) -> Array:

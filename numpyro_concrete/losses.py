@@ -28,6 +28,7 @@ from ._traces import (
     sample_sites,
     score_function_sites,
     score_log_prob,
+    shifted_log_weights,
     weighed,
     with_params,
 )
@@ -103,6 +104,11 @@ class VIMCO(ImportanceWeightedELBO):
     gradient of the prior's parameters). The loss value is ``-sum L_m``; one bound per element of
     ``plate``, with subsampling as in :class:`ImportanceWeightedELBO` (only ``plate`` itself).
 
+    Particles the model rules out (log weight -inf) have weight 0. Where it rules out every particle
+    but one, the leave-one-out bound of that one is -inf, and its baseline is 0 instead (any baseline
+    that does not depend on the particle's own draw keeps the gradient unbiased); where it rules out
+    every particle, L_m is -inf and the loss +inf.
+
     :param int num_particles: m >= 2.
     :param str plate: the data plate, or None.
     """
@@ -145,13 +151,16 @@ class VIMCO(ImportanceWeightedELBO):
         if scale != 1.0:
             log_w = log_w / scale  # each element's own log weights (see plate_subsampling)
         bound = logsumexp(log_w, axis=0) - math.log(m)
-        w = jax.lax.stop_gradient(log_w)
-        leave_one_out = (w.sum(0, keepdims=True) - w) / (m - 1)  # (m, ...): the others' mean
+        w = shifted_log_weights(jax.lax.stop_gradient(log_w))
         eye = jnp.eye(m, dtype=bool).reshape((m, m) + (1,) * (w.ndim - 1))
+        others = jnp.where(eye, 0.0, w[None])  # [i, j]: w_j, 0 at j = i
+        leave_one_out = others.sum(1) / (m - 1)  # (m, ...): the others' mean (no -inf - -inf: a sum, not a difference)
         replaced = jnp.where(eye, leave_one_out[:, None], w[None])  # [i, j]: w_j, w_i replaced
-        learning_signal = jax.lax.stop_gradient(bound) - (logsumexp(replaced, axis=1) - math.log(m))
-        surrogate = scale * (bound + (learning_signal * log_q).sum(0))
-        loss = -surrogate.sum() + jax.lax.stop_gradient((surrogate - scale * bound).sum())
+        total, left = logsumexp(w, axis=0), logsumexp(replaced, axis=1)
+        learning_signal = jnp.where(jnp.isfinite(left), total - left, jax.lax.stop_gradient(bound))
+        learning_signal = jnp.where(jnp.isfinite(total), learning_signal, 0.0)
+        score = scale * (learning_signal * log_q).sum(0)
+        loss = -(scale * bound).sum() - (score - jax.lax.stop_gradient(score)).sum()
         return {"loss": loss, "mutable_state": None}
 
 

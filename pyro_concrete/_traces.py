@@ -494,7 +494,7 @@ def _subsample_scales(site):
     ``torch.jit.trace`` the sizes are tensors; the structure, and so they, are fixed per compilation.)"""
     with ignore_jit_warnings():
         sizes = [(f.name, int(f.size), int(f.full_size)) for f in site["cond_indep_stack"] if f.full_size is not None]
-    return {name: full / size for name, size, full in sizes if size < full}
+    return {name: full / size for name, size, full in sizes if size != full}  # more indices than elements: scaled down
 
 
 def subsampled_plates(traces):
@@ -529,6 +529,14 @@ def plate_frame(site, plate):
     if frames[0].dim is None:
         raise messages.sequential_plate(site["name"], plate)
     return frames[0]
+
+
+def shifted_log_weights(w):
+    """Log weights (particles first) less their largest, where that is finite: the quantities VIMCO
+    takes differences of are then of the size of their spread, not of the weights' (float32's spacing
+    at 1e4 is 1e-3: at log weights of -1e4 that error was the size of a particle's signal at m = 1000)."""
+    top = w.max(0, keepdim=True).values
+    return w - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
 
 
 def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=False):

@@ -10,12 +10,16 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
+from pyro.infer.traceenum_elbo import _compute_model_factors
+from pyro.ops import packed
+from pyro.ops.contract import contract_tensor_tree
 from torch import Tensor
 
 from concrete_common import evaluating
 from concrete_common.common_scale import joint_scale
 from concrete_common.messages import named_errors
 
+from ._log_einsum import ExactLogRing
 from ._traces import (
     CommonScale,
     SummedWithPriorMasses,
@@ -42,7 +46,8 @@ def marginal_log_likelihood(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> Tensor:
     """log p(observations) of the model's discrete graph, exactly: every Concrete-family site is
-    replaced by its zero-temperature limit and summed out by ``TraceEnum_ELBO``. Evaluates the whole
+    replaced by its zero-temperature limit and summed out as ``TraceEnum_ELBO`` does (with a gradient
+    that stays exact where the prior and the likelihood favour different values). Evaluates the whole
     data set: a subsampled plate raises a ValueError.
 
     :param model: a model whose latent sites are all Concrete-family or enumerable, or in ``given``.
@@ -55,18 +60,29 @@ def marginal_log_likelihood(
     """
     model = with_given(with_params(model, params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
-    elbo = TraceEnum_ELBO(max_plate_nesting=max_plate_nesting(trace))
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
-    try:
-        with evaluating.discrete_graph("marginal_log_likelihood"):
-            return -elbo.differentiable_loss(enumerated, no_guide, *args, **kwargs)
-    except ValueError as error:  # raised when no parameter requires a gradient
-        if "cannot be differentiated" not in str(error):
-            raise
+    with evaluating.discrete_graph("marginal_log_likelihood"):
+        value = _summed_log_joint(enumerated, args, kwargs, max_plate_nesting(trace))
+    if not torch.is_tensor(value):  # nothing to sum
         like = _observed_value(trace)
-        with evaluating.discrete_graph("marginal_log_likelihood"):
-            loss = elbo.loss(enumerated, no_guide, *args, **kwargs)
-        return torch.tensor(-loss, dtype=like.dtype, device=like.device)
+        return torch.tensor(float(value), dtype=like.dtype, device=like.device)
+    return value
+
+
+def _summed_log_joint(enumerated, args, kwargs, nesting):
+    """The log joint of the model, its enumerated sites summed out: ``TraceEnum_ELBO``'s value with
+    no guide, contracted by :class:`ExactLogRing` (the host's ring scaled gradients down by up to
+    S / eps where the prior and the likelihood favour different values: see ``_log_einsum``)."""
+    elbo = TraceEnum_ELBO(max_plate_nesting=nesting)
+    total = 0.0
+    for model_trace, guide_trace in elbo._get_traces(enumerated, no_guide, args, kwargs):
+        costs, log_factors, _, sum_dims, scale = _compute_model_factors(model_trace, guide_trace)
+        terms = [cost for costs_t in costs.values() for cost in costs_t]
+        if log_factors:
+            contracted = contract_tensor_tree(log_factors, sum_dims, ring=ExactLogRing())
+            terms += [packed.scale_and_mask(term, scale=scale) for terms_t in contracted.values() for term in terms_t]
+        total = total + sum(term.sum() for term in terms)
+    return total
 
 
 def _observed_value(trace):

@@ -249,6 +249,8 @@ class RelaxMessenger(Messenger):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, torch.distributions.Bernoulli):
             relaxed = BinConcrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
+        elif self.sites is not None and isinstance(base, torch.distributions.Categorical):  # named: it cannot be
+            raise messages.relax_integer_categorical(msg["name"], type(base).__name__, "OneHotCategorical")
         else:
             return
         msg["fn"] = rewrap(relaxed, wrappers)
@@ -270,7 +272,9 @@ def relax(
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param temperature: a number, a dict of numbers by site name, or a callable taking the site
         message and returning the site's temperature.
-    :param sites: None (every OneHotCategorical/Bernoulli site), a site name, or a collection of names.
+    :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
+        alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
+        the simplex stands for an integer value).
     """
     messenger = RelaxMessenger(temperature=temperature, sites=sites)
     return messenger if fn is None else messenger(fn)

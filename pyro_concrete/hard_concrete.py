@@ -194,7 +194,8 @@ class HardConcrete(_BinaryConcrete):
     @property
     def prob_nonzero(self) -> Tensor:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
-        return torch.sigmoid(self.logits - self._kernel_temperature * self._logit_at_zero())
+        # exp(log sigmoid): its gradient p (1 - p) keeps 1 - p where p rounds to 1 (sigmoid's was 0 there)
+        return torch.exp(torch.nn.functional.logsigmoid(self.logits - self._kernel_temperature * self._logit_at_zero()))
 
     @property
     def deterministic_gate(self) -> Tensor:

@@ -30,6 +30,7 @@ from ._traces import (
     sample_sites,
     score_function_sites,
     score_log_prob,
+    shifted_log_weights,
     weighed,
 )
 from ._tracing import GraphFunction, make_fx_keeps_detach
@@ -126,6 +127,11 @@ class VIMCO(ImportanceWeightedELBO):
     gradient of the prior's parameters). The loss value is ``-sum L_m``; one bound per element of
     ``plate``, with subsampling as in :class:`ImportanceWeightedELBO` (only ``plate`` itself).
 
+    Particles the model rules out (log weight -inf) have weight 0. Where it rules out every particle
+    but one, the leave-one-out bound of that one is -inf, and its baseline is 0 instead (any baseline
+    that does not depend on the particle's own draw keeps the gradient unbiased); where it rules out
+    every particle, L_m is -inf and the loss +inf.
+
     :param int num_particles: m >= 2.
     :param str plate: the data plate, or None.
     """
@@ -156,13 +162,16 @@ class VIMCO(ImportanceWeightedELBO):
             torch.zeros_like(log_w),
         )
         bound = torch.logsumexp(log_w, 0) - math.log(m)
-        w = log_w.detach()
-        leave_one_out = (w.sum(0, keepdim=True) - w) / (m - 1)  # (m, ...): the others' mean
+        w = shifted_log_weights(log_w.detach())
         eye = torch.eye(m, dtype=torch.bool, device=w.device).reshape((m, m) + (1,) * (w.dim() - 1))
+        others = torch.where(eye, w.new_zeros(()), w.unsqueeze(0))  # [i, j]: w_j, 0 at j = i
+        leave_one_out = others.sum(1) / (m - 1)  # (m, ...): the others' mean (no -inf - -inf: a sum, not a difference)
         replaced = torch.where(eye, leave_one_out.unsqueeze(1), w.unsqueeze(0))  # [i, j]: w_j, w_i replaced
-        learning_signal = bound.detach() - (torch.logsumexp(replaced, 1) - math.log(m))
-        surrogate = scale * (bound + (learning_signal * log_q).sum(0))
-        return -surrogate.sum() + (surrogate - scale * bound).sum().detach()
+        total, left = torch.logsumexp(w, 0), torch.logsumexp(replaced, 1)
+        learning_signal = torch.where(torch.isfinite(left), total - left, bound.detach())
+        learning_signal = torch.where(torch.isfinite(total), learning_signal, torch.zeros_like(learning_signal))
+        score = scale * (learning_signal * log_q).sum(0)
+        return -(scale * bound).sum() - (score - score.detach()).sum()
 
 
 class ScoreFunctionELBO(ImportanceWeightedELBO):

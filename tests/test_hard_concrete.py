@@ -108,6 +108,21 @@ def test_prob_nonzero_gate_and_discrete_limit(backend, spec):
     np.testing.assert_allclose(backend.numpy(expanded.prob_nonzero)[0], louizos, rtol=1e-10, atol=1e-300)
 
 
+@pytest.mark.parametrize("dtype,log_alpha", [("float32", 20.0), ("float64", 40.0), ("float64", 50.0)])
+def test_prob_nonzero_gradient_of_a_gate_surely_open(backend, dtype, log_alpha):
+    """d P(z != 0) / d log_alpha = p (1 - p), tiny but positive where p rounds to 1 (the L0
+    penalty's gradient on a gate surely open): sigmoid's gradient p (1 - p) was 0 there, with p
+    rounded first; exp(log sigmoid) keeps 1 - p."""
+    t, low, high = 2 / 3, -0.1, 1.1
+
+    def prob_nonzero(logits):
+        return backend.lib.HardConcrete(t, logits=logits, low=low, high=high).prob_nonzero
+
+    _, (grad,) = backend.value_and_grad(prob_nonzero, log_alpha, dtype=dtype)
+    a = log_alpha - t * np.log(-low / high)
+    np.testing.assert_allclose(grad, expit(a) * expit(-a), rtol=1e-4)
+
+
 def test_pathwise_gradient_matches_finite_differences(backend):
     """E[f(Z)] with common random numbers is piecewise smooth in the parameters (the clip); away
     from the kinks its autodiff gradient matches central differences."""

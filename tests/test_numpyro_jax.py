@@ -2,6 +2,7 @@
 jit of sample and log_prob, vmap over parameters, pathwise grad under jit, pytree round trips, and
 validation semantics inside and outside jit."""
 
+import itertools
 import numpy as np
 import pytest
 
@@ -246,6 +247,42 @@ def test_concrete_sites_inside_scan_raise_and_point_to_markov(helper):
     call = (lambda: nc.discrete_log_likelihood(model, model, data)) if helper == "discrete_log_likelihood" else (lambda: getattr(nc, helper)(model, data))
     with pytest.raises(ValueError, match=rf"{helper}: site 'x' \(Concrete\) is drawn inside numpyro.contrib.control_flow.scan.*funsor.markov"):
         call()
+
+
+def test_a_scan_body_in_the_enumerate_mode_raises_and_points_to_markov():
+    """``scan(discrete(step, mode="enumerate"), ...)``, the body wrapped as the refusal above might
+    suggest: the enumerated scan carries the index, the mode turned it into a value, and lax.scan
+    failed with a TypeError about the carry's dtypes. Now a ValueError naming the site; the same body
+    in the sample mode is summed exactly (the host enumerates the limit it draws)."""
+    from numpyro.contrib.control_flow import scan
+
+    ys = jnp.array([0.8, -0.3, 1.5])
+
+    def chain(mode):
+        def model(ys):
+            def step(prev, y):
+                z = numpyro.sample("z", nc.BinConcrete(0.5, logits=-0.3 + 1.5 * prev))
+                numpyro.sample("y", numpyro.distributions.Normal(2 * z - 1, 1.0), obs=y)
+                return z, None
+
+            scan(nc.discrete(step, mode=mode), jnp.asarray(0.0), ys)
+
+        return model
+
+    with pytest.raises(ValueError, match=r"discrete\(mode='enumerate'\): site 'z' \(BinConcrete\) is drawn inside numpyro.contrib.control_flow.scan.*funsor.markov"):
+        nc.marginal_log_likelihood(chain("enumerate"), ys)
+    from scipy import stats
+    from scipy.special import log_expit, logsumexp
+
+    exact = []
+    for path in itertools.product((0, 1), repeat=3):
+        prev, total = 0, 0.0
+        for z, y in zip(path, np.asarray(ys)):
+            logit = -0.3 + 1.5 * prev
+            total += (log_expit(logit) if z else log_expit(-logit)) + stats.norm.logpdf(y, 2 * z - 1, 1.0)
+            prev = z
+        exact.append(total)
+    assert abs(float(nc.marginal_log_likelihood(chain("sample"), ys)) - logsumexp(exact)) < 1e-5
 
 
 def test_predictive_infer_discrete_draws_the_posterior_given_the_guide_and_a_relaxed_model_explains():

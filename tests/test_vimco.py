@@ -104,3 +104,102 @@ def test_vimco_on_a_global_reshaped_for_one_draw_is_the_broadcast_models_or_refu
     np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
     for name in ("mu", "phi"):
         np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
+
+
+def _problem_with(backend, extra, dtype="float64"):
+    """``_problem``'s model with one more observed site per data point, ``extra(z)``: a site whose
+    log density is added to every particle's log weight."""
+
+    def model(x):
+        with backend.plate("data", 2):
+            z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS, dtype)))
+            backend.site("x", backend.normal(2.0 * z, 1.0), obs=x)
+            extra(z)
+
+    def guide(x):
+        phi = backend.param("phi", PHI, dtype)
+        with backend.plate("data", 2):
+            backend.site("z", backend.lib.limits.Bernoulli(logits=phi))
+
+    return model, guide
+
+
+@pytest.mark.parametrize("dtype", ["float32"])
+def test_vimco_gradient_is_unchanged_by_a_constant_in_the_log_weights(backend, dtype):
+    """An observation whose density does not depend on the latents (about -1e4 nats per data point)
+    adds a constant to every log weight: the bound moves by it, VIMCO's gradient does not, draw for
+    draw. The learning signals are differences of two log-sum-exps of the log weights, of the size
+    of 1 / m; taken of the unshifted log weights in float32 each carried an error of the spacing of
+    1e4 (1e-3), several per cent of the gradient at m = 64 (they are now taken of the weights less
+    their largest). What remains is the log weights' own rounding at 1e4, a few thousandths of the
+    gradient's scale."""
+    m, far = 64, float(np.sqrt(2e4))
+    x = backend.array(DATA, dtype)
+
+    def far_observation(z):
+        backend.site("c", backend.normal(0.0 * z, 1.0), obs=backend.array([far, far], dtype))
+
+    plain = backend.loss_samples(*_problem_with(backend, lambda z: None, dtype), x, loss=backend.lib.VIMCO(m, plate="data"), seeds=range(1, 11))
+    offset = backend.loss_samples(*_problem_with(backend, far_observation, dtype), x, loss=backend.lib.VIMCO(m, plate="data"), seeds=range(1, 11))
+    constant = 2 * (1e4 + 0.5 * np.log(2 * np.pi))  # minus the two points' log N(far; 0, 1)
+    np.testing.assert_allclose(offset[0], plain[0] + constant, rtol=2e-6)
+    scale = np.abs(plain[1]["phi"]).max()
+    np.testing.assert_allclose(offset[1]["phi"], plain[1]["phi"], rtol=0, atol=2e-2 * scale)
+
+
+def test_vimco_with_particles_the_model_rules_out(backend):
+    """A particle whose log weight is -inf (the model gives its value probability 0: ``Delta(z)``
+    observed at 1 rules out z = 0) has weight 0 in the bound; the others' leave-one-out mean took
+    -inf - (-inf) and made the loss and every gradient NaN in each draw holding one. Now, in a draw
+    where each data point has two particles the model allows, the loss and gradient are the ones of a
+    stand-in whose ruled-out particles have a finite log weight far below the others' (Normal(z,
+    1e-12) observed at 1: about -5e23 at z = 0): the same particles, a constant for the rest. Where a
+    point has one allowed particle, its leave-one-out bound is -inf (the stand-in's about -7e22, its
+    gradient about 1e23) and its baseline 0: the loss and gradient are finite. Where a point has none,
+    its bound is -inf and the loss +inf (the guide gives z = 0 mass, so E[L_m] itself is -inf)."""
+    x = backend.array(DATA)
+
+    def ruled_out(z):
+        backend.site("o", backend.delta(z), obs=backend.array([1.0, 1.0]))
+
+    def far_below(z):
+        backend.site("o", backend.normal(z, 1e-12), obs=backend.array([1.0, 1.0]))
+
+    seeds = range(1, 41)
+    exact = backend.loss_samples(*_problem_with(backend, ruled_out), x, loss=backend.lib.VIMCO(8, plate="data"), seeds=seeds)
+    stand_in = backend.loss_samples(*_problem_with(backend, far_below), x, loss=backend.lib.VIMCO(8, plate="data"), seeds=seeds)
+    some = stand_in[0] < 1e20  # every point has a particle at z = 1
+    two = some & (np.abs(stand_in[1]["phi"]).max(1) < 1e10)  # and not only one
+    assert two.sum() >= 10 and (some & ~two).sum() >= 3 and (~some).sum() >= 3, (two.sum(), some.sum())  # each kind of draw
+    np.testing.assert_allclose(exact[0][two] - stand_in[0][two], exact[0][two][0] - stand_in[0][two][0], rtol=1e-12)
+    np.testing.assert_allclose(exact[1]["phi"][two], stand_in[1]["phi"][two], rtol=1e-9, atol=1e-12)
+    assert np.isfinite(exact[0][some]).all() and np.isfinite(exact[1]["phi"][some]).all()
+    assert (exact[0][~some] == np.inf).all()
+
+
+def test_a_plate_given_more_indices_than_elements(backend):
+    """A minibatch drawn with replacement beyond the data set's size (here the data set twice over,
+    4 indices of 2 elements): the host scales each density by 2 / 4. The bounds of m > 1 particles
+    took such a plate for the full data (they looked for fewer indices than elements) and averaged
+    the scaled log weights, a tempered bound, with no error. Now it is a subsample as any other: the
+    loss estimates -E[L_m] of the whole data without bias (500 seeds, |z| < 5), the joint bound
+    (plate=None) and the exact helpers refuse it."""
+    indices = [0, 1, 1, 0]
+
+    def model(x):
+        with backend.plate("data", 2, subsample=indices) as index:
+            z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)[index]))
+            backend.site("x", backend.normal(2.0 * z, 1.0), obs=x[index])
+
+    def guide(x):
+        phi = backend.param("phi", PHI)
+        with backend.plate("data", 2, subsample=indices) as index:
+            backend.site("z", backend.lib.limits.Bernoulli(logits=phi[index]))
+
+    x = backend.array(DATA)
+    values, _ = backend.loss_samples(model, guide, x, loss=backend.lib.VIMCO(M, plate="data"), seeds=range(1, 501))
+    assert _z_scores(values, -_expected_bound(PHI)) < 5
+    with pytest.raises(ValueError, match="plate 'data' subsamples its elements, but with plate=None"):
+        backend.loss_samples(model, guide, x, loss=backend.lib.VIMCO(M), seeds=[1])
+    with pytest.raises(ValueError, match="plate 'data' takes 4 indices of its 2 elements"):
+        backend.lib.marginal_log_likelihood(model, x)

@@ -16,6 +16,10 @@ Environments (what cannot be installed here is said in the README's table, not t
   3.12), the NumPyro half only (``CONCRETE_TEST_BACKENDS=numpyro``: torch for Python 3.12 is a CUDA
   build here), and the NumPyro examples' tests (``tests/test_examples.py -k numpyro``: the mixture,
   GMM and HMM examples once failed on jax 0.11, issue 31).
+- ``newest-3.12``: Python 3.12 and the newest of everything from the registry itself (pypi.org),
+  torch included, both halves: what a user who installs today gets. It reads past this machine's pip
+  configuration (its on-disk index and its cap on torch), so it needs the registry, and torch comes
+  as a CUDA build of a few gigabytes (run on the CPU).
 
 The subset: every conformance file that runs the distributions, the test-time modes, the losses and
 estimators and the host's machinery through both backends' adapters (it reaches every public name of
@@ -70,6 +74,11 @@ ENVIRONMENTS = {
         python="3.12", backends="numpyro",
         packages=["jax", "jaxlib", "numpyro", "funsor", "numpy"], examples="numpyro",
     ),
+    "newest-3.12": dict(
+        python="3.12", backends="pyro,numpyro",
+        packages=["torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "funsor", "numpy"],
+        registry="https://pypi.org/simple",
+    ),
 }
 REPORTED = ["python", "torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "funsor", "numpy"]
 
@@ -96,8 +105,11 @@ def build(name, spec, where):
     packages = list(spec["packages"]) + (EXAMPLE_TOOLS if spec.get("examples") else [])
     torch = [p for p in packages if p.startswith("torch")]
     steps = ([torch] if torch else []) + [packages + TEST_TOOLS, ["--no-deps", "-e", "."]]
+    pip, env = [str(venv_python), "-m", "pip", "install", "--quiet"], None
+    if spec.get("registry"):  # past this machine's pip configuration (its index on disk, its cap)
+        pip, env = pip + ["--index-url", spec["registry"]], {**os.environ, "PIP_CONFIG_FILE": os.devnull}
     for step in steps:  # torch first: the CPU file on this disk, before anything asks for torch
-        done = run([str(venv_python), "-m", "pip", "install", "--quiet", *step], timeout=1800)
+        done = run(pip + step, timeout=1800, env=env)
         if done.returncode:
             raise RuntimeError(f"pip install {' '.join(step)}:\n{done.stderr[-3000:]}")
     return venv_python

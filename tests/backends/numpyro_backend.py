@@ -26,6 +26,7 @@ _DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float6
 class Backend:
     name = "numpyro"
     particles_by_vmap = True  # how discrete_log_likelihood draws m particles: vmap: any model works
+    sums_past_underflow = False  # funsor's log-space contraction: a sum of terms each below the smallest normal number is 0, its log -inf
     lib = numpyro_concrete
     cpu_stand_in = False  # tests/test_devices.py: JAX makes arrays in the x64 mode's dtype on the default device: nothing to catch on the CPU
 
@@ -201,7 +202,12 @@ class Backend:
     def deterministic(self, name, value):
         return numpyro.deterministic(name, value)
 
-    def plate(self, name, size, subsample_size=None, dim=None):
+    def plate(self, name, size, subsample_size=None, dim=None, subsample=None):
+        """``subsample``: the indices themselves (a list), as a user's own minibatch (the plate draws
+        its indices when made: ``substitute`` gives them)."""
+        if subsample is not None:
+            with handlers.substitute(data={name: jnp.asarray(subsample)}):
+                return numpyro.plate(name, size, subsample_size=len(subsample), dim=dim)
         return numpyro.plate(name, size, subsample_size=subsample_size, dim=dim)
 
     def markov(self, iterable):
@@ -221,6 +227,10 @@ class Backend:
 
     def normal(self, loc, scale):
         return numpyro.distributions.Normal(loc, scale)
+
+    def categorical(self, logits):
+        """The host's own Categorical (integer values)."""
+        return numpyro.distributions.Categorical(logits=logits)
 
     def delta(self, value, event_dim=0):
         return numpyro.distributions.Delta(value, event_dim=event_dim)

@@ -19,6 +19,7 @@ _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.
 class Backend:
     name = "pyro"
     particles_by_vmap = False  # how discrete_log_likelihood draws m particles: a plate left of the model's plates: the model must broadcast over it
+    sums_past_underflow = True  # the exact helpers' log-space contraction sums terms below the smallest normal number again, shifted
     lib = pyro_concrete
     cpu_stand_in = True  # tests/test_devices.py: torch makes a new tensor in float32 on the CPU unless told: the CPU in float64 shows it
 
@@ -192,7 +193,10 @@ class Backend:
     def deterministic(self, name, value):
         return pyro.deterministic(name, value)
 
-    def plate(self, name, size, subsample_size=None, dim=None):
+    def plate(self, name, size, subsample_size=None, dim=None, subsample=None):
+        """``subsample``: the indices themselves (a list), as a user's own minibatch."""
+        if subsample is not None:
+            return pyro.plate(name, size, subsample=torch.tensor(subsample), dim=dim)
         return pyro.plate(name, size, subsample_size=subsample_size, dim=dim)
 
     def markov(self, iterable):
@@ -210,6 +214,10 @@ class Backend:
 
     def normal(self, loc, scale):
         return pyro.distributions.Normal(loc, scale)
+
+    def categorical(self, logits):
+        """The host's own Categorical (integer values)."""
+        return pyro.distributions.Categorical(logits=logits)
 
     def delta(self, value, event_dim=0):
         return pyro.distributions.Delta(value, event_dim=event_dim)
