@@ -230,6 +230,17 @@ def particle_shape(site, shape, particle_dim, num_particles):
     )
 
 
+def particles_not_broadcast(error):
+    """A model or guide that fails when its particles are drawn in parallel (a reshape written for one
+    draw), for a loss that draws them no other way."""
+    return ParticleShapeError(
+        f"the model or guide does not broadcast over a leftmost particle dimension, where the m particles are "
+        f"drawn in parallel ({type(error).__name__}: {str(error).splitlines()[0][:200]}): write them to broadcast "
+        "(a global written for one draw, such as z @ locs or x.unsqueeze(-1) of a global the particles batch, does "
+        "not), or use ImportanceWeightedELBO / discrete_log_likelihood, which draw the particles one at a time there"
+    )
+
+
 def sequential_plate(site, plate):
     return ModelError(
         f"site {site!r} is in plate {plate!r} iterated sequentially (for i in plate(...)): one value per element "

@@ -223,6 +223,7 @@ def _unpadded(value, shape):
 def _assignment(model, args, kwargs, params, given, temperature):
     model = with_given(with_params(model, params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
+    _check_common_scale(model, args, kwargs, given)
     with torch.no_grad(), poutine.block():
         swap = DiscreteMessenger(mode="enumerate")
         decoded = infer_discrete(
@@ -236,6 +237,19 @@ def _assignment(model, args, kwargs, params, given, temperature):
         for site in sample_sites(trace)
         if not site["is_observed"]
     }
+
+
+def _check_common_scale(model, args, kwargs, given):
+    """``infer_discrete`` applies masks but not scales: sites of different scales (``poutine.scale``
+    on the observations alone) were decoded as if unscaled, with no error. One scale common to every
+    site (the same posterior) passes; others raise, as in NumPyro's helpers. The random state is left
+    as it was."""
+    state = pyro.util.get_rng_state()
+    try:
+        with torch.no_grad(), poutine.block(), evaluating.discrete_graph("the exact helper"):
+            poutine.trace(CommonScale(given)(discrete(model, mode="enumerate"))).get_trace(*args, **kwargs)
+    finally:
+        pyro.util.set_rng_state(state)
 
 
 def _check_observed_sites(model, args, kwargs):

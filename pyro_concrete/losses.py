@@ -150,9 +150,14 @@ class VIMCO(ImportanceWeightedELBO):
         if self._max_plate_nesting is None:
             self._setup(model, guide, args, kwargs)
         m = self.num_particles
-        model_trace, guide_trace, particle_dim = particle_traces(
-            model, guide, args, kwargs, num_particles=m, max_plate_nesting=self._max_plate_nesting
-        )
+        try:
+            model_trace, guide_trace, particle_dim = particle_traces(
+                model, guide, args, kwargs, num_particles=m, max_plate_nesting=self._max_plate_nesting
+            )
+        except (RuntimeError, ValueError) as error:  # the host's shape errors, which name no cause
+            if isinstance(error, messages.ModelError):
+                raise
+            raise messages.particles_not_broadcast(error) from error
         scale = plate_subsampling((model_trace, guide_trace), self.plate, m)
         log_w = log_weights(model_trace, guide_trace, particle_dim, self.plate)
         if scale != 1.0:

@@ -561,6 +561,36 @@ def test_relax_leaves_an_integer_categorical_alone_and_refuses_it_by_name(backen
         backend.run(backend.lib.relax(model, temperature=0.5, sites=["c", "flip"]))
 
 
+@pytest.mark.parametrize("helper", ["map_assignment", "sample_assignment", "Predictive"])
+def test_decoding_refuses_a_scale_on_the_observations_alone(backend, helper):
+    """``infer_discrete`` applies masks, not scales: Pyro's MAP and posterior draws of a model whose
+    observations alone are scaled (``scale(6)``) were those of the unscaled model, with no error
+    (the docs, and NumPyro's helpers, refuse two scales). Now a ValueError naming both sites; a scale
+    common to every site passes (the same posterior, and MAP)."""
+    data = backend.array(DATA[:4])
+
+    def model(x, observed_scale, latent_scale=1.0):
+        with backend.plate("data", 4), backend.scale(latent_scale):
+            z = backend.site("z", backend.lib.BinConcrete(0.5, logits=backend.array(1.5)))
+            with backend.scale(observed_scale / latent_scale):
+                backend.site("obs", backend.normal(3.0 * z, 1.0), obs=x)
+
+    def run(*args):
+        if helper == "Predictive":
+            return backend.predictive(model, data, *args, num_samples=1, infer_discrete=True)["z"]
+        if helper == "sample_assignment":
+            return backend.sample_assignment(model, data, *args)["z"]
+        return backend.lib.map_assignment(model, data, *args)["z"]
+
+    with pytest.raises(ValueError, match="sites 'z' and 'obs' have different scales"):
+        run(6.0)
+    if helper == "map_assignment":
+        expected = (log_expit(1.5) + stats.norm.logpdf(DATA[:4], 3.0, 1.0) > log_expit(-1.5) + stats.norm.logpdf(DATA[:4], 0.0, 1.0))
+        np.testing.assert_array_equal(backend.numpy(run(6.0, 6.0)), expected.astype(float))
+    else:
+        assert set(np.unique(backend.numpy(run(6.0, 6.0)))) <= {0.0, 1.0}
+
+
 def test_misuse_raises_a_clear_error(backend):
     model, x = mixture(backend, "Concrete"), backend.array(DATA)
     with pytest.raises(ValueError, match="outside the inference handlers"):

@@ -203,3 +203,39 @@ def test_a_plate_given_more_indices_than_elements(backend):
         backend.loss_samples(model, guide, x, loss=backend.lib.VIMCO(M), seeds=[1])
     with pytest.raises(ValueError, match="plate 'data' takes 4 indices of its 2 elements"):
         backend.lib.marginal_log_likelihood(model, x)
+
+
+def test_vimco_on_a_model_that_fails_on_batched_particles(backend):
+    """A global reshaped as written for one draw (``shift.reshape(())``). Pyro draws VIMCO's particles
+    in a plate left of the model's, where the reshape fails with torch's own error, which names no
+    cause (as the host's plate shape errors did on the DP-mixture and LDA tutorials' models, written
+    for one draw); now a ValueError saying the particles do not broadcast, and which losses draw
+    them one at a time. NumPyro maps over the particles: the loss of the model written to broadcast,
+    seed for seed."""
+
+    def problem(reshaped):
+        def model(x):
+            s = backend.site("shift", backend.normal(0.0, 1.0))
+            with backend.plate("data", 2):
+                z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
+                backend.site("x", backend.normal(2.0 * z + (s.reshape(()) if reshaped else s), 1.0), obs=x)
+
+        def guide(x):
+            backend.site("shift", backend.normal(backend.param("mu", 0.3), 1.0))
+            with backend.plate("data", 2):
+                backend.site("z", backend.lib.limits.Bernoulli(logits=backend.param("phi", PHI)))
+
+        return model, guide
+
+    broadcast = backend.loss_samples(*problem(False), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+    try:
+        values, grads = backend.loss_samples(*problem(True), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+    except ValueError as error:
+        assert not backend.particles_by_vmap, error
+        assert str(error).startswith("VIMCO: the model or guide does not broadcast over a leftmost particle dimension"), error
+        assert "ImportanceWeightedELBO / discrete_log_likelihood" in str(error)
+        return
+    assert backend.particles_by_vmap
+    np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
+    for name in ("mu", "phi"):
+        np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
