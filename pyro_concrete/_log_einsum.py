@@ -60,6 +60,8 @@ def _broadcast_logsumexp(inputs, output, operands):
     symbols = output + "".join(sorted(set("".join(inputs)) - set(output)))
     total = sum(_aligned(operand, dims, symbols) for dims, operand in zip(inputs, operands))
     summed = tuple(range(len(output), len(symbols)))
+    if not summed:  # a product only (torch reduces over every dimension given none)
+        return total
     top = total.detach().amax(summed, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     s = (total - top).exp().sum(summed, keepdim=True)

@@ -154,9 +154,11 @@ class VIMCO(ImportanceWeightedELBO):
             model_trace, guide_trace, particle_dim = particle_traces(
                 model, guide, args, kwargs, num_particles=m, max_plate_nesting=self._max_plate_nesting
             )
-        except (RuntimeError, ValueError) as error:  # the host's shape errors, which name no cause
-            if isinstance(error, messages.ModelError):
+        except (RuntimeError, ValueError) as error:  # the host's shape errors name no cause
+            if isinstance(error, (messages.ModelError, torch.OutOfMemoryError)):
                 raise
+            particle_traces(model, guide, args, kwargs, num_particles=None, max_plate_nesting=self._max_plate_nesting)
+            # one draw runs (else its error, the model's own, is raised): the particles' dimension is at fault
             raise messages.particles_not_broadcast(error) from error
         scale = plate_subsampling((model_trace, guide_trace), self.plate, m)
         log_w = log_weights(model_trace, guide_trace, particle_dim, self.plate)

@@ -96,6 +96,29 @@ def test_marginal_log_likelihood_gradient_where_the_prior_and_the_likelihood_dis
     np.testing.assert_allclose(by_means, posterior * (x - means) / sigma**2, rtol=1e-4, atol=1e-4)
 
 
+def test_marginal_log_likelihood_with_a_value_ruled_out(backend):
+    """A site that rules out a value (``Delta(1 - z_3)`` observed at 1: log density -inf at the third
+    category, as a structural zero of a left-to-right HMM's emissions): Pyro's sum takes products of
+    factors without a summed dimension, where the -inf makes a term 0; summed again over the
+    broadcast terms, such a step reduced over every dimension and raised a RuntimeError about
+    shapes. Now the brute-force sum."""
+    emissions = np.log(np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6]]))
+    log_em = backend.array(emissions)
+    observed = np.array([[0, 2], [1, 1]])
+
+    def model(y1, y2):
+        with backend.plate("data", 2):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(np.zeros(3))))
+            backend.site("allowed", backend.delta(1.0 - z[..., 2]), obs=backend.array([1.0, 1.0]))
+            backend.site("y1", backend.categorical(log_em[z.argmax(-1)]), obs=y1)
+            backend.site("y2", backend.categorical(log_em[z.argmax(-1)]), obs=y2)
+
+    expected = sum(logsumexp(np.log(1 / 3) + emissions[:2, a] + emissions[:2, b]) for a, b in zip(*observed))
+    y1, y2 = (backend.array(row, "int64") for row in observed)
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(model, y1, y2)))
+    assert abs(actual - expected) < 1e-9 * abs(expected), (actual, expected)
+
+
 def log_softmax_2(logits):
     return np.asarray(logits) - logsumexp(logits)
 

@@ -239,3 +239,20 @@ def test_vimco_on_a_model_that_fails_on_batched_particles(backend):
     np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
     for name in ("mu", "phi"):
         np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
+
+
+def test_vimco_passes_on_the_models_own_error(backend):
+    """An error the model raises at any number of draws (here its own ValueError; a NaN parameter
+    under validation, a missing temperature) is the model's, not the particles': it reaches the
+    user as raised, not as the advice about broadcasting over particles."""
+    plain, guide = _problem(backend)
+    calls = []
+
+    def model(x):  # runs once (the loss's setup), then fails: as a NaN parameter after a step
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("the model's own error")
+        plain(x)
+
+    with pytest.raises(ValueError, match="^the model's own error"):
+        backend.loss_samples(model, guide, backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=[1])
