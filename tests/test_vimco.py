@@ -79,12 +79,21 @@ def test_vimco_on_a_global_reshaped_for_one_draw_is_the_broadcast_models_or_refu
     others' weights (a wrong finite loss); now a ValueError naming the site. NumPyro maps over the
     particles: the loss and gradients of the model written to broadcast, seed for seed."""
 
-    def problem(reshaped):
+    _broadcast_or_refused(backend, lambda s: s[..., None] if s.ndim else s, "VIMCO: site 'x' has log_prob of shape (3, 3, 2)")
+
+
+def _broadcast_or_refused(backend, written, refusal):
+    """VIMCO on a model whose global ``shift`` enters as ``written(shift)`` (written for one draw):
+    Pyro, drawing the particles in a plate left of the model's, raises a ValueError starting with
+    ``refusal`` (returned); NumPyro, mapping over them, gives the loss and gradients of the model that
+    uses ``shift`` as it is, seed for seed (None returned)."""
+
+    def problem(used):
         def model(x):
             s = backend.site("shift", backend.normal(0.0, 1.0))
             with backend.plate("data", 2):
                 z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
-                backend.site("x", backend.normal(2.0 * z + (s[..., None] if reshaped and s.ndim else s), 1.0), obs=x)
+                backend.site("x", backend.normal(2.0 * z + used(s), 1.0), obs=x)
 
         def guide(x):
             backend.site("shift", backend.normal(backend.param("mu", 0.3), 1.0))
@@ -93,17 +102,18 @@ def test_vimco_on_a_global_reshaped_for_one_draw_is_the_broadcast_models_or_refu
 
         return model, guide
 
-    broadcast = backend.loss_samples(*problem(False), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+    broadcast = backend.loss_samples(*problem(lambda s: s), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
     try:
-        values, grads = backend.loss_samples(*problem(True), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
+        values, grads = backend.loss_samples(*problem(written), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
     except ValueError as error:
         assert not backend.particles_by_vmap, error
-        assert str(error).startswith("VIMCO: site 'x' has log_prob of shape (3, 3, 2)"), error
-        return
+        assert str(error).startswith(refusal), error
+        return str(error)
     assert backend.particles_by_vmap
     np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
     for name in ("mu", "phi"):
         np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
+    return None
 
 
 def _problem_with(backend, extra, dtype="float64"):
@@ -213,32 +223,9 @@ def test_vimco_on_a_model_that_fails_on_batched_particles(backend):
     them one at a time. NumPyro maps over the particles: the loss of the model written to broadcast,
     seed for seed."""
 
-    def problem(reshaped):
-        def model(x):
-            s = backend.site("shift", backend.normal(0.0, 1.0))
-            with backend.plate("data", 2):
-                z = backend.site("z", backend.lib.limits.Bernoulli(logits=backend.array(PRIOR_LOGITS)))
-                backend.site("x", backend.normal(2.0 * z + (s.reshape(()) if reshaped else s), 1.0), obs=x)
-
-        def guide(x):
-            backend.site("shift", backend.normal(backend.param("mu", 0.3), 1.0))
-            with backend.plate("data", 2):
-                backend.site("z", backend.lib.limits.Bernoulli(logits=backend.param("phi", PHI)))
-
-        return model, guide
-
-    broadcast = backend.loss_samples(*problem(False), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
-    try:
-        values, grads = backend.loss_samples(*problem(True), backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=range(1, 4))
-    except ValueError as error:
-        assert not backend.particles_by_vmap, error
-        assert str(error).startswith("VIMCO: the model or guide does not broadcast over a leftmost particle dimension"), error
-        assert "ImportanceWeightedELBO / discrete_log_likelihood" in str(error)
-        return
-    assert backend.particles_by_vmap
-    np.testing.assert_allclose(values, broadcast[0], rtol=1e-12)
-    for name in ("mu", "phi"):
-        np.testing.assert_allclose(grads[name], broadcast[1][name], rtol=1e-12)
+    refusal = "VIMCO: the model or guide does not broadcast over a leftmost particle dimension"
+    message = _broadcast_or_refused(backend, lambda s: s.reshape(()), refusal)
+    assert message is None or "ImportanceWeightedELBO / discrete_log_likelihood" in message
 
 
 def test_vimco_passes_on_the_models_own_error(backend):
