@@ -7,8 +7,9 @@ and takes the log with ``safe_log``, whose gradient is ``1 / max(S, eps)``. Wher
 maxima lie at different values of a summed dimension (the prior favours one value, the likelihood
 another, a few tens of nats apart) the sum S is below eps, and every gradient through it was scaled
 down by S / eps while the value stayed right. Here the log's gradient is 1 / S; where S underflows
-(below the dtype's smallest normal number: there the sum has lost its digits, or is 0 because every
-term is -inf) the contraction is done again over the broadcast terms, shifted by their own maximum.
+(below the dtype's smallest normal number, with a finite term: the sum has lost its digits) the
+contraction is done again over the broadcast terms, shifted by their own maximum (memory: every
+dimension's size multiplied). A sum whose terms are each -inf (a value ruled out) is -inf.
 """
 
 import torch
@@ -42,9 +43,20 @@ def einsum(equation, *operands):
         shifts.append(_aligned(shift.reshape([n for n, d in zip(operand.shape, dims) if d in output]),
                                [d for d in dims if d in output], output))
     summed = torch.einsum(equation, exp_operands)
-    if bool((summed < torch.finfo(summed.dtype).tiny).any()):  # a host read: the exact helpers only
-        return _broadcast_logsumexp(inputs, output, operands)
-    return sum(shifts) + summed.log()
+    small = summed < torch.finfo(summed.dtype).tiny
+    if bool(small.any()):  # host reads: the exact helpers only
+        # a sum of terms that are each -inf (a value ruled out) is -inf, rightly; one with a finite
+        # term has underflowed, and is taken again over the broadcast terms
+        finite = torch.einsum(equation, [torch.isfinite(operand).to(summed.dtype) for operand in operands])
+        if bool((small & (finite > 0)).any()):
+            return _broadcast_logsumexp(inputs, output, operands)
+    return sum(shifts) + _log(summed)
+
+
+def _log(s):
+    """log s, -inf with gradient 0 (not inf * 0) where s is 0."""
+    positive = s > 0
+    return torch.where(positive, torch.where(positive, s, torch.ones_like(s)).log(), torch.full_like(s, -float("inf")))
 
 
 def _aligned(x, dims, output):
@@ -64,10 +76,8 @@ def _broadcast_logsumexp(inputs, output, operands):
         return total
     top = total.detach().amax(summed, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    s = (total - top).exp().sum(summed, keepdim=True)
-    positive = s > 0  # 0 where every term is -inf: the log is -inf, its gradient 0 (not inf * 0)
-    log_s = torch.where(positive, torch.where(positive, s, torch.ones_like(s)).log(), torch.full_like(s, -float("inf")))
-    return (top + log_s).reshape(total.shape[: len(output)])
+    s = (total - top).exp().sum(summed, keepdim=True)  # 0 where every term is -inf
+    return (top + _log(s)).reshape(total.shape[: len(output)])
 
 
 tensordot = Tensordot(einsum)
