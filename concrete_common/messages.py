@@ -333,6 +333,33 @@ def model_only_discrete_latent(site, distribution, loss):
     )
 
 
+def effective_temperature_refused(coldest, largest, least, ratio):
+    """Whether REBAR or RELAX must refuse to relax a site whose smallest temperature times the
+    estimator's scale is ``coldest`` and whose largest |logits| is ``largest``: the distributions' own
+    bounds (:func:`concrete_common.floats.coldest_temperature` ``least``,
+    :func:`concrete_common.floats.logits_bounds` ``ratio``) must hold there too, or the relaxed samples
+    overflow and every gradient of the step is NaN."""
+    return not (math.isfinite(coldest) and coldest >= least and largest <= ratio * coldest)
+
+
+def effective_temperature(estimator, site, scale, coldest, largest, dtype, least, ratio):
+    """The error for REBAR's or RELAX's relaxation of ``site`` at its temperature times ``scale`` =
+    exp(``{estimator}.log_temperature_scale``), a parameter the variance objective trains or the user
+    set, where :func:`effective_temperature_refused` holds."""
+    if not math.isfinite(coldest):
+        problem = f"that temperature must be finite, found {coldest:g}"
+    elif coldest < least:
+        problem = cold_temperature_message(coldest, least, ratio, dtype)
+    else:
+        problem = (f"|logits| / temperature must stay below {ratio:.3g} in {dtype}, found |logits| up to {largest:g} "
+                   f"with temperature {coldest:g}")
+    return ValueError(
+        f"{estimator}: site {site!r} relaxes at its temperature times exp({estimator}.log_temperature_scale) = "
+        f"{scale:.3g}: {problem}; set {estimator}.log_temperature_scale nearer 0 (the variance objective trains it: "
+        "a lower learning rate keeps it near)"
+    )
+
+
 # --------------------------------------------------------------------------- conditional samples
 
 

@@ -22,7 +22,7 @@ from concrete_common import discrete_proposal, messages, subsampling
 from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
-from .handlers import CONCRETE_FAMILY, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
 
 
 def with_params(fn, params):
@@ -53,10 +53,24 @@ class SummedWithPriorMasses(Messenger):
     enumeration, the model's own ``Bernoulli`` / ``Categorical`` too, so that each is summed out with
     its prior masses as ``discrete(mode="enumerate")`` sums a Concrete-family site (a data point
     masked out entirely contributes 0; funsor's ``log_density`` gave a masked latent mass 1 at every
-    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed)."""
+    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed).
+
+    ``drawn=True``: every latent site of discrete support instead, enumerated or not --
+    ``discrete_log_likelihood``'s model and proposal, whose importance weight p(z) / q(z) at a data
+    point masked out then averages 1, as the sum gives (the host's mask made it 1 / q(z): log K at
+    a uniform proposal, in both the per-element and the joint bound)."""
+
+    def __init__(self, fn=None, drawn=False):
+        self.drawn = drawn
+        super().__init__(fn)
+
+    def _summed(self, msg):
+        if self.drawn:
+            return getattr(msg["fn"], "has_enumerate_support", False)
+        return (msg["infer"] or {}).get("enumerate") == "parallel"
 
     def process_message(self, msg):
-        if msg["type"] != "sample" or msg["is_observed"] or (msg["infer"] or {}).get("enumerate") != "parallel":
+        if msg["type"] != "sample" or msg["is_observed"] or not self._summed(msg):
             return
         base, wrappers = unwrap(msg["fn"])
         msg["fn"] = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
@@ -95,6 +109,28 @@ class CommonScale(Messenger):
             raise messages.per_element_scale(msg["name"], traced=isinstance(scale, jax.core.Tracer))
         self.ledger.record(msg["name"], scale)
         msg["scale"] = None
+
+
+class HeldAsObserved(Messenger):
+    """Wraps the user's model, innermost of the library's handlers: a latent sample site that reaches
+    it with a value already set by a handler inside the model (``handlers.substitute``,
+    ``handlers.replay`` of a partial trace) is held there, and is treated as observed, as
+    ``handlers.condition`` would make it: scored at that value, neither enumerated (the exact helpers
+    summed it out as if it were free) nor taken for a draw from its prior (whose log density cancels
+    in an importance weight: a held model-only latent lost log p(value | parameters) and its
+    gradient). Values set by ``discrete(mode="argmax")`` are the mode's own, and a ``scan``'s stacked
+    site holds its body's draws: both stay latent."""
+
+    def process_message(self, msg):
+        if msg["type"] != "sample" or msg["is_observed"] or msg["value"] is None:
+            return
+        if (msg["infer"] or {}).get(ARGMAX_VALUE) or msg.get("_control_flow_done"):
+            return
+        msg["is_observed"] = True
+
+
+def held_as_observed(fn):
+    return HeldAsObserved(fn)
 
 
 def with_given(fn, given):
@@ -163,6 +199,7 @@ def boundary_points(base, value):
     support, where the density is only a limit: a coordinate 0 (Concrete), 0 or 1 (BinConcrete),
     -inf (ExpConcrete), +-inf (LogitBinConcrete); Hard Concrete's ends are its point masses, not
     a boundary."""
+    value = jnp.asarray(value)  # a held value may be a Python number (handlers.substitute)
     if isinstance(base, Concrete):
         return jnp.any(value == 0, -1)
     if isinstance(base, ExpConcrete):
@@ -371,13 +408,13 @@ def replayed_traces(model, guide, key, args, kwargs):
     carries no log coordinates, so scoring it here could meet an underflowed one)."""
     guide_key, model_key = jax.random.split(key)
     guide_trace = trace(guide, guide_key, args, kwargs)
-    return handlers.trace(handlers.replay(handlers.seed(model, model_key), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
+    return handlers.trace(handlers.replay(handlers.seed(held_as_observed(model), model_key), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
 
 
 def replayed_model_trace(model, guide_trace, key, args, kwargs):
     """The model, seeded with ``key``, replayed against a given guide trace, every sample site
     scored (the model side of ``get_importance_trace``, for a guide trace made otherwise)."""
-    trace = handlers.trace(handlers.replay(handlers.seed(model, key), trace=guide_trace)).get_trace(*args, **kwargs)
+    trace = handlers.trace(handlers.replay(handlers.seed(held_as_observed(model), key), trace=guide_trace)).get_trace(*args, **kwargs)
     for site in sample_sites(trace):
         log_prob = site["fn"].log_prob(site["value"], site["intermediates"]) if site["intermediates"] else site["fn"].log_prob(site["value"])
         site["log_prob"] = log_prob if site["scale"] is None else site["scale"] * log_prob
@@ -388,7 +425,7 @@ def importance_traces(model, guide, key, args, kwargs):
     """(model trace, guide trace) with every site's log_prob: the guide traced and the model replayed
     against it, by the host's ``get_importance_trace``, each seeded with its half of ``key``."""
     guide_key, model_key = jax.random.split(key)
-    return get_importance_trace(handlers.seed(model, model_key), handlers.seed(guide, guide_key), args, kwargs, {})
+    return get_importance_trace(handlers.seed(held_as_observed(model), model_key), handlers.seed(guide, guide_key), args, kwargs, {})
 
 
 def per_element(log_prob, site, plate):

@@ -42,8 +42,10 @@ from jax import Array
 from numpyro import handlers
 from numpyro.infer import ELBO
 from numpyro.primitives import Messenger
+from numpyro.util import not_jax_tracer
 
 from concrete_common import messages
+from concrete_common.floats import coldest_temperature, logits_bounds
 from concrete_common.messages import named_errors
 
 from ._traces import (
@@ -448,6 +450,8 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
         _, scale = self._tunables(tunables)
+        for name, site in sites.items():
+            _check_effective_temperature(type(self).__name__, name, site.base, scale)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
         worlds = [
@@ -461,6 +465,33 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
     def _surrogate(self, key, model, guide, args, kwargs, tunables):
         (f_b, log_q, c_z, c_zt), guide_names = self._components(key, model, guide, args, kwargs, tunables)
         return f_b + jax.lax.stop_gradient(f_b - c_zt) * log_q + c_z - c_zt, f_b, guide_names
+
+
+def _check_effective_temperature(estimator, name, base, scale):
+    """REBAR and RELAX relax ``base`` at its temperature times ``scale``: the distributions' own bounds
+    must hold there too (``_checks._check_logits``), or the relaxed samples overflow and the step's
+    gradients are NaN (a scale of e^-44 at temperature 1/2 in float32). Inside ``jit`` the decision
+    is made on the device, in the parameters' dtype, and a callback raises; it receives logarithms
+    (a callback's arguments take the host thread's x64 mode, which may not be the caller's)."""
+    if not jnp.size(base.logits):
+        return
+    info = jnp.finfo(base.logits.dtype)
+    _, ratio = logits_bounds(float(info.eps), float(info.max))
+    least = coldest_temperature(float(info.tiny), float(info.max))
+    stop = jax.lax.stop_gradient
+    coldest, largest = jnp.min(stop(base.temperature * scale)), jnp.max(jnp.abs(stop(base.logits)))
+
+    def error(log_scale, log_coldest, log_largest):
+        scale, coldest, largest = (math.inf if float(x) > 709 else math.exp(float(x)) for x in (log_scale, log_coldest, log_largest))
+        return messages.effective_temperature(estimator, name, scale, coldest, largest, str(info.dtype), least, ratio)
+
+    logs = (jnp.log(stop(jnp.asarray(scale))), jnp.log(coldest), jnp.log(largest))
+    if not_jax_tracer(coldest) and not_jax_tracer(largest):
+        if messages.effective_temperature_refused(float(coldest), float(largest), least, ratio):
+            raise error(*logs)
+    else:
+        refused = ~(jnp.isfinite(coldest) & (coldest >= least) & (largest <= ratio * coldest))
+        jax.debug.callback(lambda refused, *logs: raise_if(bool(refused), error(*logs) if refused else None), refused, *logs)
 
 
 class REBAR(_ControlVariateLoss):

@@ -24,6 +24,7 @@ from ._traces import (
     check_full_data,
     check_given,
     check_observed_densities,
+    held_as_observed,
     check_scan,
     importance_bound,
     marginalize,
@@ -59,7 +60,7 @@ def marginal_log_likelihood(
     """
     from numpyro.contrib.funsor import config_enumerate, enum, log_density
 
-    model = with_given(with_params(model, params), given)
+    model = with_given(with_params(held_as_observed(model), params), given)
     check_scan(model, args, kwargs)
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
@@ -125,7 +126,7 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
 
     def decode(arrays, args, kwargs):
         params, given, rng_key = arrays
-        conditioned = with_given(with_params(model, params), given)
+        conditioned = with_given(with_params(held_as_observed(model), params), given)
         check_scan(conditioned, args, kwargs, decodes=True)
         nesting = max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given))
         swap = DiscreteMessenger(conditioned, mode="enumerate")
@@ -199,7 +200,7 @@ class Predictive(numpyro.infer.Predictive):
         self._swap: Optional[DiscreteMessenger] = None
         self._relaxed_model, self._unblocked_guide = model, guide
         if infer_discrete:
-            model = self._swap = DiscreteMessenger(model, mode="enumerate")
+            model = self._swap = DiscreteMessenger(held_as_observed(model), mode="enumerate")
             model = CommonScale(model)  # p(z | x), not p(z | x)^s normalized
         super().__init__(model, posterior_samples, guide=guide, infer_discrete=infer_discrete, **kwargs)
         self._all_posterior_samples: dict[str, Array] = dict(self.posterior_samples)  # the host's: {} when none given
@@ -225,8 +226,9 @@ class Predictive(numpyro.infer.Predictive):
         # batched over their first axis where the host batches them: batch_ndims 1, with a guide
         batched = self.batch_ndims != 0 and self.params and self.guide is not None
         params = jax.tree_util.tree_map(lambda x: x[0], self.params) if batched else self.params
-        traced = trace(handlers.substitute(self._relaxed_model, data=params), rng_key, args, kwargs)
+        traced = trace(handlers.substitute(held_as_observed(self._relaxed_model), data=params), rng_key, args, kwargs)
         check_full_data(traced)  # as the other exact helpers (the host's discrete draws asked for a key)
+        check_observed_densities(traced)
         return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 
@@ -284,15 +286,16 @@ def discrete_log_likelihood(
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     proposal_key, key = jax.random.split(rng_key)
     autoguide = guide
-    model, guide = with_given(with_params(model, params), given), with_params(guide, params)
+    model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
     for fn in (model, guide):
         check_scan(fn, args, kwargs)
     check_observed_densities(trace(model, key, args, kwargs))  # an observed site's value and class do not depend on the draw
     discretized, hidden, marginals = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
-    guide_d = CommonScale(discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized), every_site=True)
-    model_d = CommonScale(discrete(model, mode="sample"), given, every_site=True)
+    # a masked-out data point's discrete latents weighed by their masses, as the exact sum weighs them
+    guide_d = CommonScale(SummedWithPriorMasses(discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized), drawn=True), every_site=True)
+    model_d = CommonScale(SummedWithPriorMasses(discrete(model, mode="sample"), drawn=True), given, every_site=True)
     bound = importance_bound(
         model_d, guide_d, key, args, kwargs, num_particles=num_particles, plate=plate, globals_given=True
     )

@@ -36,6 +36,8 @@ ONE_HOT = (OneHotCategorical,)
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
 CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
+# the infer key of a value discrete(mode="argmax") set: the mode, not a value held by the user
+ARGMAX_VALUE = "concrete_argmax"
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -202,6 +204,7 @@ class DiscreteMessenger(Messenger):
         msg["fn"] = rewrap(limit, wrappers)
         if self.mode is Mode.ARGMAX:
             msg["value"] = jnp.broadcast_to(limit.mode, msg["fn"].shape())
+            msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
 
     def postprocess_message(self, msg: dict) -> None:
         # runs after the outer trace has copied the (index distribution, index) pair

@@ -98,8 +98,11 @@ class OneHotCategorical(ValidatedValues, Distribution):
     @validate_sample
     def log_prob(self, value: ArrayLike) -> Array:
         self._check_value_shape(value)
-        log_probs = jnp.broadcast_to(jax.nn.log_softmax(self.logits, axis=-1), jnp.shape(value))
-        return jnp.take_along_axis(log_probs, jnp.argmax(value, -1)[..., None], -1)[..., 0]
+        # a value broadcasts with the batch either way (one label for a batch, or several batches of labels)
+        shape = jnp.broadcast_shapes(jnp.shape(value), self.batch_shape + self.event_shape)
+        log_probs = jnp.broadcast_to(jax.nn.log_softmax(self.logits, axis=-1), shape)
+        index = jnp.broadcast_to(jnp.argmax(value, -1), shape[:-1])
+        return jnp.take_along_axis(log_probs, index[..., None], -1)[..., 0]
 
     def enumerate_support(self, expand: bool = True) -> Array:
         """Refused (see the module docstring): NumPyro's enumeration takes values to be integers."""

@@ -25,7 +25,7 @@ from concrete_common import discrete_proposal, messages, subsampling
 from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
-from .handlers import CONCRETE_FAMILY, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
 
@@ -117,6 +117,24 @@ def _as_value_of(value, fn):
     return torch.as_tensor(value, dtype=torch.get_default_dtype())
 
 
+class HeldAsObserved(Messenger):
+    """Wraps the user's model, innermost of the library's handlers: a latent sample site that reaches
+    it with a value already set by a handler inside the model (``poutine.replay`` of a partial
+    trace) is held there, and is treated as observed, as ``poutine.condition`` would make it: scored
+    at that value, neither enumerated nor taken for a draw from its prior (whose log density
+    cancels in an importance weight: a held model-only latent lost log p(value | parameters) and its
+    gradient). Values set by ``discrete(mode="argmax")`` are the mode's own, and stay latent."""
+
+    def _pyro_sample(self, msg):
+        if msg["is_observed"] or msg["value"] is None or (msg["infer"] or {}).get(ARGMAX_VALUE):
+            return
+        msg["is_observed"] = True
+
+
+def held_as_observed(fn):
+    return HeldAsObserved()(fn)
+
+
 def with_given(fn, given):
     return fn if not given else _GivenMessenger(given)(fn)
 
@@ -185,10 +203,24 @@ class SummedWithPriorMasses(Messenger):
     enumeration, the model's own ``Bernoulli`` / ``Categorical`` too, so that each is summed out with
     its prior masses as ``discrete(mode="enumerate")`` sums a Concrete-family site (a data point
     masked out entirely contributes 0; Pyro's ``TraceEnum_ELBO`` gave a masked latent mass 1 at every
-    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed)."""
+    value, adding log K, so that a model and its ``discrete(relax(model))`` disagreed).
+
+    ``drawn=True``: every latent site of discrete support instead, enumerated or not --
+    ``discrete_log_likelihood``'s model and proposal, whose importance weight p(z) / q(z) at a data
+    point masked out then averages 1, as the sum gives (the host's mask made it 1 / q(z): log K at
+    a uniform proposal, in both the per-element and the joint bound)."""
+
+    def __init__(self, drawn=False):
+        self.drawn = drawn
+        super().__init__()
+
+    def _summed(self, msg):
+        if self.drawn:
+            return getattr(msg["fn"], "has_enumerate_support", False)
+        return (msg["infer"] or {}).get("enumerate") == "parallel"
 
     def _pyro_sample(self, msg):
-        if msg["is_observed"] or (msg["infer"] or {}).get("enumerate") != "parallel":
+        if msg["is_observed"] or not self._summed(msg):
             return
         base, wrappers = unwrap(msg["fn"])
         msg["fn"] = rewrap(base, [(method, argument) for method, argument in wrappers if method != "mask"])
@@ -258,7 +290,7 @@ def replayed_traces(model, guide, args, kwargs):
     """(model trace, guide trace), unscored: the guide traced and the model replayed against it --
     which sites there are, not their densities."""
     guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-    return poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
+    return poutine.trace(poutine.replay(held_as_observed(model), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
 
 
 def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf):
@@ -270,13 +302,13 @@ def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf)
     warning about such sites is not given."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Found vars in model but not guide")
-        return get_importance_trace("flat", max_plate_nesting, model, guide, args, kwargs)
+        return get_importance_trace("flat", max_plate_nesting, held_as_observed(model), guide, args, kwargs)
 
 
 def replayed_model_trace(model, guide_trace, args, kwargs):
     """The model replayed against a given guide trace, its subsample sites pruned and every site
     scored (the model side of ``get_importance_trace``, for a guide trace made otherwise)."""
-    trace = prune_subsample_sites(poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs))
+    trace = prune_subsample_sites(poutine.trace(poutine.replay(held_as_observed(model), trace=guide_trace)).get_trace(*args, **kwargs))
     trace.compute_log_prob()
     return trace
 

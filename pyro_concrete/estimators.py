@@ -43,6 +43,7 @@ from pyro.util import get_rng_state, set_rng_state
 from torch import Tensor, nn
 
 from concrete_common import messages
+from concrete_common.floats import coldest_temperature, logits_bounds
 from concrete_common.messages import named_errors
 
 from ._numerics import log_softmax
@@ -420,6 +421,8 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
         _, scale = self._tunables(f_b)
+        for name, site in sites.items():
+            _check_effective_temperature(type(self).__name__, name, site.base, scale)
         model_params = _model_params(model_trace, guide_trace)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
@@ -435,6 +438,22 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
 
     def loss_and_grads(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
         return _named_loss_and_grads(self, model, guide, args, kwargs)
+
+
+def _check_effective_temperature(estimator, name, base, scale):
+    """REBAR and RELAX relax ``base`` at its temperature times ``scale``: the distributions' own bounds
+    must hold there too (``_checks._check_logits``), or the relaxed samples overflow and the step's
+    gradients are NaN (a scale of e^-44 at temperature 1/2 in float32)."""
+    if not base.logits.numel():
+        return
+    info = torch.finfo(base.logits.dtype)
+    _, ratio = logits_bounds(info.eps, info.max)
+    least = coldest_temperature(info.tiny, info.max)
+    coldest = (base.temperature * scale).detach().amin().item()
+    largest = base.logits.detach().abs().amax().item()
+    if messages.effective_temperature_refused(coldest, largest, least, ratio):
+        dtype = str(base.logits.dtype).replace("torch.", "")
+        raise messages.effective_temperature(estimator, name, scale.item(), coldest, largest, dtype, least, ratio)
 
 
 @named_errors()

@@ -27,6 +27,7 @@ from ._traces import (
     check_full_data,
     check_given,
     check_observed_densities,
+    held_as_observed,
     importance_bound,
     marginalize,
     max_plate_nesting,
@@ -58,7 +59,7 @@ def marginal_log_likelihood(
     :param params: optional dict of parameter values (default: Pyro's param store).
     :returns: a scalar tensor, differentiable with respect to the parameters.
     """
-    model = with_given(with_params(model, params), given)
+    model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
     with evaluating.discrete_graph("marginal_log_likelihood"):
@@ -221,7 +222,7 @@ def _unpadded(value, shape):
 
 
 def _assignment(model, args, kwargs, params, given, temperature):
-    model = with_given(with_params(model, params), given)
+    model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     _check_common_scale(model, args, kwargs, given)
     with torch.no_grad(), poutine.block():
@@ -318,14 +319,15 @@ def discrete_log_likelihood(
     :returns: a tensor: a scalar, or the per-element bounds along ``plate``.
     """
     autoguide = guide
-    model, guide = with_given(with_params(model, params), given), with_params(guide, params)
+    model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
     _check_observed_sites(model, args, kwargs)
     discretized, hidden, marginals, nesting = proposal(model, guide, args, kwargs, autoguide, given)
     guide = marginalize(guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
     model_scale, guide_scale = CommonScale(given), CommonScale()
-    guide_d = guide_scale(discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized))
-    model_d = model_scale(discrete(model, mode="sample"))
+    # a masked-out data point's discrete latents weighed by their masses, as the exact sum weighs them
+    guide_d = guide_scale(SummedWithPriorMasses(drawn=True)(discrete(poutine.block(guide, hide=list(hidden)), mode="sample", sites=discretized)))
+    model_d = model_scale(SummedWithPriorMasses(drawn=True)(discrete(model, mode="sample")))
     with torch.no_grad():
         bound = importance_bound(
             model_d, guide_d, args, kwargs, num_particles=num_particles, plate=plate, max_plate_nesting=nesting, globals_given=True

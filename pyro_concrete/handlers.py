@@ -39,6 +39,8 @@ ONE_HOT = (torch.distributions.OneHotCategorical,)
 __all__ = ["discrete", "relax", "DiscreteMessenger", "RelaxMessenger"]
 
 CONCRETE_FAMILY = (Concrete, ExpConcrete, BinConcrete, LogitBinConcrete, HardConcrete)  # and subclasses
+# the infer key of a value discrete(mode="argmax") set: the mode, not a value held by the user
+ARGMAX_VALUE = "concrete_argmax"
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -175,6 +177,7 @@ class DiscreteMessenger(Messenger):
         msg["fn"] = rewrap(limit, wrappers)
         if self.mode is Mode.ARGMAX:
             msg["value"] = limit.mode.expand(msg["fn"].shape())
+            msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
 
     def _pyro_post_sample(self, msg):
         # runs after the outer trace has copied the (index distribution, index) pair

@@ -49,6 +49,20 @@ def test_discrete_is_enumerable_on_the_same_sample_space(backend, case):
     assert backend.numpy(d.support.check(backend.array(support))).all()
 
 
+@pytest.mark.parametrize("case", [case for case in CASES if case.batch_shape], ids=str)
+def test_discrete_scores_values_that_broadcast_with_the_batch(backend, case):
+    """One value for the whole batch (the event alone: a label shared by a plate), and a stack of
+    values each for the whole batch ((2, 1, ..., event)): each element scored as the batch-shaped
+    value would be. (NumPyro's one-hot limits raised a JAX broadcasting error on both.)"""
+    d = case.make(backend).discrete()
+    vertices = _vertices(case.name, case)
+    first = (0,) * len(case.batch_shape)
+    for value in (vertices[-1][first], vertices[:2][(slice(None),) + first][(slice(None),) + (None,) * len(case.batch_shape)]):
+        full = np.broadcast_to(value, np.broadcast_shapes(value.shape, case.batch_shape + case.event_shape))
+        log_mass = backend.numpy(d.log_prob(backend.array(value)))
+        assert_close(log_mass, _reference_log_mass(case, full), "float64", rtol=1e-12)
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_discrete_mode_is_the_argmax(backend, case):
     mode = backend.numpy(case.make(backend).discrete().mode)

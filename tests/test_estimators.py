@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 from scipy.special import expit, log_expit, log_softmax
 
+from concrete_common.floats import coldest_temperature
 from tests.test_vimco import DATA, PHI, PRIOR_LOGITS, _z_scores
 
 SEEDS = {"pyro": 500, "numpyro": 2000}  # Pyro runs one step per seed (10-20 ms), NumPyro all in one vmap
@@ -195,6 +196,28 @@ def test_the_control_variate_is_trained_on_the_squared_gradient(backend, tunable
     difference = (squares(h)[0] - squares(-h)[0]) / (2 * h)
     np.testing.assert_allclose(reported, difference, rtol=1e-3, atol=1e-5)
     assert np.abs(reported).max() > 1e-3
+
+
+@pytest.mark.parametrize("estimator", ["REBAR", "RELAX"])
+def test_control_variates_refuse_a_temperature_scale_beyond_the_dtype(backend, estimator):
+    """REBAR and RELAX relax each guide site at its temperature times exp(log_temperature_scale), a
+    parameter the variance objective trains (or the user sets): beyond the distributions' own bound
+    (``coldest_temperature``: 5.3e-152 in float64, 4.7e-18 in float32) the relaxed samples overflowed
+    and every gradient of the step was NaN, with no error (float32, temperature 1/2: from a scale of
+    e^-44). Within the bound the step's loss and gradients are finite; beyond it, or at a scale that
+    is not finite, a ValueError names the parameter."""
+    model, guide = _binary(backend)  # float64, the guide relaxing at 2/3
+    loss = getattr(backend.lib, estimator)(plate="data")
+    name = f"{estimator}.log_temperature_scale"
+    info = np.finfo(np.float64)
+    within = np.log(coldest_temperature(info.tiny, info.max) / (2 / 3)) + 1.0
+    values, grads = backend.loss_samples(model, loss.guide(guide), backend.array(DATA), loss=loss, seeds=[1, 2], at={name: within})
+    assert np.all(np.isfinite(values)) and all(np.all(np.isfinite(g)) for g in grads.values())
+    for beyond, why in ((within - 2.0, "temperature must be at least 5.28e-152 in float64"), (800.0, "must be finite, found inf"),
+                        (np.nan, "must be finite, found nan")):
+        # NumPyro raises from the compiled step's callback: a JAX runtime error carrying the message
+        with pytest.raises(Exception, match=rf"{estimator}: site 'z' relaxes at its temperature times exp\({name}\) = .*{why}"):
+            backend.loss_samples(model, loss.guide(guide), backend.array(DATA), loss=loss, seeds=[1], at={name: beyond})
 
 
 def test_gumbel_rao_has_the_straight_through_mean_for_every_k_and_less_variance(backend):

@@ -63,3 +63,31 @@ def test_svi_with_the_bound_finds_the_exact_posterior(backend):
     losses, params = backend.svi(model, guide, backend.array(DATA), steps=400, lr=0.02, seed=0, loss=elbo)
     assert abs(float(params["loc_scale"]) - 0.5) < 0.03, params["loc_scale"]
     assert np.all(np.isfinite(losses))
+
+
+def test_a_model_latent_held_inside_the_model_is_scored(backend):
+    """A global mu ~ N(theta, 1) of the model, which the guide does not draw, held at 0.4 by the
+    host's own handler inside the model (NumPyro's ``substitute``, Pyro's ``replay`` of a partial
+    trace): it is conditioned, as ``condition`` makes it, and its density is in every weight. With q
+    the exact posterior of z given mu, each weight is p(x | mu) p(mu): the loss is exact, and its
+    gradient in theta is -(0.4 - theta). The loss took the held site for a draw from its prior,
+    whose density cancels: log p(mu) was left out and theta's gradient was 0."""
+    size, held = 20, 0.4
+
+    def model(x):
+        theta = backend.param("theta", np.array(0.0))
+        mu = backend.site("mu", backend.normal(theta, 1.0))
+        with backend.plate("data", size):
+            z = backend.site("z", backend.normal(mu * backend.array(np.ones(size)), 1.0))
+            backend.site("x", backend.normal(z, 1.0), obs=x)
+
+    def guide(x):
+        with backend.plate("data", size):
+            backend.site("z", backend.normal((held + x) / 2.0, np.sqrt(0.5)))
+
+    exact = stats.norm.logpdf(DATA[:size], held, np.sqrt(2.0)).sum() + stats.norm.logpdf(held, 0.0, 1.0)
+    for fn in (backend.hold(model, {"mu": held}), backend.condition(model, {"mu": held})):
+        loss = backend.lib.ImportanceWeightedELBO(num_particles=1)
+        values, grads = backend.loss_samples(fn, guide, backend.array(DATA[:size]), loss=loss, seeds=[1, 2])
+        np.testing.assert_allclose(values, -exact, rtol=1e-10)
+        np.testing.assert_allclose(grads["theta"], -held, rtol=1e-10)

@@ -301,13 +301,17 @@ def test_a_relaxed_site_given_at_a_discrete_value(backend):
 
 
 @pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment"])
-def test_a_relaxed_site_conditioned_inside_at_a_discrete_value_raises(backend, helper):
+@pytest.mark.parametrize("handler", ["condition", "hold"])
+def test_a_relaxed_site_conditioned_inside_at_a_discrete_value_raises(backend, helper, handler):
     """``condition(model, {"b": 0/1 values})``: the relaxed site is observed data where its density
     is +inf, so the log joint is +inf for every assignment. NumPyro's map_assignment, compiled,
     returned the argmax of those ties (index 0) with no error; each helper now raises (NumPyro's
-    compiled decoding from a callback, whose error carries the message)."""
+    compiled decoding from a callback, whose error carries the message). A value held by the host's
+    own handler inside the model (``hold``: NumPyro's ``substitute``, Pyro's ``replay``) is
+    conditioned alike: the helpers enumerated the held site as if it were free (log p(x), and the
+    decoding's own b), with no error."""
     b = np.random.default_rng(3).integers(0, 2, N).astype(float)
-    model = backend.condition(two_site_mixture(backend, validate_args=False), {"b": b})  # the density's own check off
+    model = getattr(backend, handler)(two_site_mixture(backend, validate_args=False), {"b": b})  # the density's own check off
     with pytest.raises(ValueError, match=rf"{helper}: site 'b' \(BinConcrete\) is observed at a point of its support's boundary"):
         getattr(backend.lib, helper)(model, backend.array(DATA))
 
@@ -731,6 +735,56 @@ def test_a_masked_discrete_latent_of_the_model_is_summed_with_its_prior_masses(b
         np.testing.assert_allclose(actual, expected, rtol=1e-9)
     best = backend.numpy(backend.lib.map_assignment(model, x)["z"])
     np.testing.assert_array_equal(best[keep], _brute_force("BinConcrete")[keep].argmax(1))
+
+
+def test_a_discrete_latent_held_inside_the_model_is_scored_at_its_value(backend):
+    """The model's own Bernoulli b (a global shift of every mean), held at 1 by the host's handler
+    inside the model (NumPyro's ``substitute``, Pyro's ``replay`` of a partial trace): the exact
+    helpers give log p(x, b = 1) and decode z given b, as ``condition`` makes them. They summed b
+    out as if it were free -- log p(x), and b decoded -- with no error."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+
+    def model(x):
+        b = backend.site("b", backend.lib.limits.Bernoulli(logits=backend.array(0.3)))
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1) + 2.0 * b, 1.0), obs=x)
+
+    per_point = np.log(softmax(LOGITS[True]))[None] + stats.norm.logpdf(DATA[:, None], MEANS[True][None] + 2.0, 1.0)
+    expected = log_expit(0.3) + logsumexp(per_point, axis=1).sum()
+    x = backend.array(DATA)
+    for fn in (backend.hold(model, {"b": 1.0}), backend.condition(model, {"b": 1.0})):
+        np.testing.assert_allclose(float(backend.numpy(backend.lib.marginal_log_likelihood(fn, x))), expected, rtol=1e-9)
+        best = backend.lib.map_assignment(fn, x)
+        assert set(best) == {"z"}
+        np.testing.assert_array_equal(backend.numpy(best["z"]).argmax(-1), per_point.argmax(1))
+
+
+def test_discrete_log_likelihood_weighs_a_masked_point_by_its_prior_masses(backend):
+    """Data points masked out in the model (latent and observation alike), the guide unmasked and
+    equal to the prior: each masked point's weight p(z) / q(z) is 1 whatever the draw, so its bound
+    is 0, as ``marginal_log_likelihood`` sums it. The host's mask made the weight 1 / q(z): the
+    masked points' bounds averaged log K, above the exact 0, and the joint bound with them."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+    keep = np.arange(N) % 4 > 0
+
+    def model(x):
+        with backend.plate("data", N), backend.mask(keep):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
+
+    def guide(x):
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=logits))
+
+    x = backend.array(DATA)
+    bounds = backend.discrete_log_likelihood(model, guide, x, num_particles=3, plate="data")
+    np.testing.assert_array_equal(bounds[~keep], 0.0)
+    assert np.all(bounds[keep] < 0)
+    # m = 1: the joint bound is the sum of the points' log weights, the masked ones 0
+    per_point = backend.discrete_log_likelihood(model, guide, x, num_particles=1, plate="data", seed=1)
+    np.testing.assert_array_equal(per_point[~keep], 0.0)
+    np.testing.assert_allclose(float(backend.discrete_log_likelihood(model, guide, x, num_particles=1, seed=1)), per_point.sum(), rtol=1e-9)
 
 
 @pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment"])

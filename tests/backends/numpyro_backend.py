@@ -218,6 +218,11 @@ class Backend:
     def condition(self, fn, data):
         return handlers.condition(fn, data={k: self.array(v) for k, v in data.items()})
 
+    def hold(self, fn, data):
+        """``fn`` with the latent sites in ``data`` held at those values by a handler inside it, as
+        NumPyro holds a sample site: ``handlers.substitute``."""
+        return handlers.substitute(fn, data={k: self.array(v) for k, v in data.items()})
+
     def mask(self, mask):
         """A mask from NumPy, or from an array the model computed (a subsample of a mask, say)."""
         return handlers.mask(mask=mask if isinstance(mask, jax.Array) else self.array(mask, "bool"))

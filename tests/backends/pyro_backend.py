@@ -205,6 +205,14 @@ class Backend:
     def condition(self, fn, data):
         return poutine.condition(fn, data={k: self.array(v) for k, v in data.items()})
 
+    def hold(self, fn, data):
+        """``fn`` with the latent sites in ``data`` held at those values by a handler inside it, as
+        Pyro holds a sample site: ``poutine.replay`` of a (partial) trace holding them."""
+        held = poutine.Trace()
+        for name, value in data.items():
+            held.add_node(name, type="sample", value=self.array(value), is_observed=False, infer={})
+        return poutine.replay(fn, trace=held)
+
     def mask(self, mask):
         """A mask from NumPy, or from a tensor the model computed (a subsample of a mask, say)."""
         return poutine.mask(mask=mask if isinstance(mask, torch.Tensor) else self.array(mask, "bool"))
