@@ -1,7 +1,8 @@
 """Whether an exact helper is running a model's discrete graph, where every Concrete-family site has
 been swapped for its zero-temperature limit: a Concrete-family sample drawn meanwhile escaped the
 swap (a site hidden by ``block`` from the helper's handlers, a direct ``.sample()`` call), and the
-helper's value would be a random draw, not the exact one. Both packages' samplers read it."""
+helper's value would be a random draw, not the exact one. Both packages' samplers read it; the
+host's own discrete sites are caught where the host draws them."""
 
 import contextlib
 
@@ -11,13 +12,42 @@ _HELPERS: list = []  # the helpers running a discrete graph, innermost last
 
 
 @contextlib.contextmanager
-def discrete_graph(helper):
-    """While an exact helper (named ``helper``) runs the model's discrete graph."""
+def discrete_graph(helper, runtime=None):
+    """While an exact helper (named ``helper``) runs the model's discrete graph. ``runtime``: the
+    host's module whose ``default_process_message`` draws a site that no handler gave a value
+    (``pyro.poutine.runtime``, ``numpyro.primitives``), where every discrete site is enumerated:
+    while the graph is summed or decoded there, a discrete site drawn there escaped the helper
+    (:func:`check_no_discrete_draw`)."""
     _HELPERS.append(helper)
+    original = getattr(runtime, "default_process_message", None)
+    if runtime is not None:
+
+        def guarded(msg):
+            check_no_discrete_draw(msg)
+            return original(msg)
+
+        runtime.default_process_message = guarded
     try:
         yield
     finally:
         _HELPERS.pop()
+        if runtime is not None:
+            runtime.default_process_message = original
+
+
+def check_no_discrete_draw(msg):
+    """A latent site of discrete support that reaches the host's sampler unmarked for enumeration:
+    a site hidden from the helper's handlers (block), drawn at random where the helper sums every
+    other value -- log p(x | one random draw), a different number at every call, with no error."""
+    if msg["type"] != "sample" or msg["is_observed"] or msg["value"] is not None:
+        return
+    if getattr(msg["fn"], "has_enumerate_support", False) and (msg["infer"] or {}).get("enumerate") != "parallel":
+        raise messages.ModelError(
+            f"site {msg['name']!r} ({type(msg['fn']).__name__}) drew a value while the model's discrete graph was "
+            "evaluated: a discrete site the helper could not see (hidden by block / poutine.block), so the value would "
+            "be one random draw, not summed out; let every discrete site reach the helper (no block around it), or "
+            "hold it at a value with given="
+        )
 
 
 def check_no_relaxed_draw(cls_name):

@@ -360,6 +360,26 @@ def effective_temperature(estimator, site, scale, coldest, largest, dtype, least
     )
 
 
+def control_variate_shape(estimator, shape, rows):
+    """RELAX's network r returned other than one value per row of its features: broadcast against
+    the per-element ELBO, it counted each element's terms once per row, a wrong value and gradient."""
+    return ValueError(
+        f"{estimator}: control_variate must map features of shape {rows + ('D',)} to {rows} or {rows + (1,)}, one value "
+        f"per row; it returned shape {shape}"
+    )
+
+
+def one_per_row(estimator, output_shape, feature_shape):
+    """The index that takes RELAX's network output to one value per row of its features (``...`` or
+    ``(..., 0)``), or raises :func:`control_variate_shape`."""
+    rows, shape = tuple(feature_shape[:-1]), tuple(output_shape)
+    if shape == rows + (1,):
+        return (..., 0)
+    if shape == rows:
+        return ...
+    raise control_variate_shape(estimator, shape, rows)
+
+
 # --------------------------------------------------------------------------- conditional samples
 
 

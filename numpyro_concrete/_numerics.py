@@ -200,6 +200,14 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
 
 
 @jax.jit
+def positive(temperature):
+    """The temperature, NaN where it is not positive: a temperature that validation could not read
+    (traced: a learned one gone negative inside ``jit``) makes what the cdf, icdf and Hard Concrete's
+    point masses compute from it NaN, as the densities' log(temperature) does, not finite numbers of
+    no distribution (P(Z = 0) + P(Z = 1) = 1.83 at temperature -1)."""
+    return jnp.where(temperature > 0, temperature, jnp.nan)
+
+
 def log(x):
     """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
     cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""

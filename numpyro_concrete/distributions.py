@@ -368,10 +368,10 @@ class BinConcrete(_BinaryConcrete):
     def cdf(self, value: ArrayLike) -> Array:
         if self._validate_args:
             self._validate_sample(value)
-        return jax.nn.sigmoid(self.temperature * self._logit_of(value) - self.logits)
+        return jax.nn.sigmoid(_numerics.positive(self.temperature) * self._logit_of(value) - self.logits)
 
     def icdf(self, value: ArrayLike) -> Array:
-        y = (self.logits + _numerics.logit(value)) / self.temperature
+        y = (self.logits + _numerics.logit(value)) / _numerics.positive(self.temperature)
         return carry.attach(jax.nn.sigmoid(y), y, Kind.LOGIT)
 
     def discrete(self) -> Bernoulli:
@@ -422,10 +422,10 @@ class LogitBinConcrete(_BinaryConcrete):
     def cdf(self, value: ArrayLike) -> Array:
         if self._validate_args:
             self._validate_sample(value)
-        return jax.nn.sigmoid(self.temperature * value - self.logits)
+        return jax.nn.sigmoid(_numerics.positive(self.temperature) * value - self.logits)
 
     def icdf(self, value: ArrayLike) -> Array:
-        return (self.logits + _numerics.logit(value)) / self.temperature
+        return (self.logits + _numerics.logit(value)) / _numerics.positive(self.temperature)
 
     def discrete(self) -> LogitBernoulli:
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""

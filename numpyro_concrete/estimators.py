@@ -516,7 +516,7 @@ class RELAX(_ControlVariateLoss):
     lambda to lower the variance of the guide's gradient (see :class:`REBAR`). Unbiased whatever r.
 
     :param str plate: the data plate, or None.
-    :param control_variate: the network r, a function from (..., D) features to (...,) whose
+    :param control_variate: the network r, a function from (..., D) features to (...,) or (..., 1) whose
         parameters are ``numpyro.param`` sites named ``RELAX.network...``; by default one hidden
         layer of ``hidden`` tanh units with a zero output layer (RELAX starts as REBAR).
     :param int hidden: the default network's width.
@@ -556,7 +556,8 @@ class RELAX(_ControlVariateLoss):
                 if isinstance(base, _RELAXED):
                     sites[name] = SimpleNamespace(base=base, plate_axis=self._plate_axis(node))
                     values[name] = node["value"]
-            self.control_variate(_features(values, sites, self.plate))  # declares the network's parameters
+            features = _features(values, sites, self.plate)
+            messages.one_per_row(type(self).__name__, jnp.shape(self.control_variate(features)), features.shape)  # declares its parameters
             return result
 
         return with_network
@@ -566,7 +567,9 @@ class RELAX(_ControlVariateLoss):
         network = {name: value for name, value in tunables.items() if name.startswith(f"{type(self).__name__}.network")}
         if not network:
             return eta * f_relaxed
-        residual = handlers.substitute(self.control_variate, data=network)(_features(values, sites, self.plate))
+        features = _features(values, sites, self.plate)
+        residual = handlers.substitute(self.control_variate, data=network)(features)
+        residual = residual[messages.one_per_row(type(self).__name__, jnp.shape(residual), features.shape)]
         return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 import numpyro.infer
+import numpyro.primitives
 from jax import Array
 from numpyro import handlers
 
@@ -65,7 +66,7 @@ def marginal_log_likelihood(
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
     enumerated = SummedWithPriorMasses(config_enumerate(unscaled))  # the model's own discrete sites too
-    with evaluating.discrete_graph("marginal_log_likelihood"):
+    with evaluating.discrete_graph("marginal_log_likelihood", runtime=numpyro.primitives):
         log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
     return log_joint if unscaled.scale is None else unscaled.scale * log_joint
 
@@ -134,7 +135,7 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         decoded = infer_discrete(
             SummedWithPriorMasses(config_enumerate(unscaled)), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key
         )
-        with evaluating.discrete_graph("the decoding"):
+        with evaluating.discrete_graph("the decoding", runtime=numpyro.primitives):
             traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {

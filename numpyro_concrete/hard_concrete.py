@@ -157,10 +157,10 @@ class HardConcrete(_BinaryConcrete):
         return self._stretch(jax.nn.sigmoid(y), jax.nn.sigmoid(-y)), []
 
     def _log_mass_at_zero(self):
-        return -jax.nn.softplus(self.logits - self.temperature * self._logit_at_zero())
+        return -jax.nn.softplus(self.logits - _numerics.positive(self.temperature) * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -jax.nn.softplus(self.temperature * self._logit_at_one() - self.logits)
+        return -jax.nn.softplus(_numerics.positive(self.temperature) * self._logit_at_one() - self.logits)
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         value = jnp.asarray(value)
@@ -179,14 +179,14 @@ class HardConcrete(_BinaryConcrete):
         if self._validate_args:
             self._validate_sample(value)
         inside = jnp.clip(value, 0.0, 1.0)
-        below_one = jax.nn.sigmoid(self.temperature * (jnp.log(inside - self.low) - jnp.log(self.high - inside)) - self.logits)
+        below_one = jax.nn.sigmoid(_numerics.positive(self.temperature) * (jnp.log(inside - self.low) - jnp.log(self.high - inside)) - self.logits)
         return jnp.where(value >= 1, 1.0, jnp.where(value < 0, 0.0, below_one))
 
     @property
     def prob_nonzero(self) -> Array:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
         # exp(log sigmoid): its gradient p (1 - p) keeps 1 - p where p rounds to 1 (sigmoid's was 0 there)
-        return jnp.exp(jax.nn.log_sigmoid(self.logits - self.temperature * self._logit_at_zero()))
+        return jnp.exp(jax.nn.log_sigmoid(self.logits - _numerics.positive(self.temperature) * self._logit_at_zero()))
 
     @property
     def deterministic_gate(self) -> Array:

@@ -105,10 +105,12 @@ class SimplexTransform(_VectorTransform):
         return y[..., :-1] - y[..., -1:]
 
     def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
-        """x: the unconstrained u, y: its point of the simplex (the host's names)."""
+        """x: the unconstrained u, y: its point of the simplex (the host's names). Where y carries
+        nothing (eagerly) the density scores y as rounded: the Jacobian is taken there too, so that
+        both halves of the potential describe one point (from u, they disagreed by up to a nat)."""
         coordinates = carry.recall(y, (Kind.LOG,))
         if coordinates is None:
-            coordinates = _log_softmax_padded(x)
+            coordinates = log(y)
         return coordinates.sum(-1)
 
 
@@ -127,6 +129,10 @@ class UnitIntervalTransform(ParameterFreeTransform):
         return logit(_interior(x, ones=True)) if y is None else y
 
     def log_abs_det_jacobian(self, x: Array, y: Array, intermediates: Optional[Any] = None) -> Array:
+        # where y carries nothing (eagerly) the density scores y as rounded (1 - y within a few ulps
+        # of 1 can be off by a factor of 2): the Jacobian at that point too, not at u (up to a nat apart)
+        if carry.recall(y, (Kind.LOGIT,)) is None:
+            return log(y) + log(1 - y)
         return -jax.nn.softplus(-x) - jax.nn.softplus(x)
 
 

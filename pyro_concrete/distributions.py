@@ -320,7 +320,9 @@ class BinConcrete(_BinaryConcrete):
     def log_prob(self, value: Tensor) -> Tensor:
         y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact logit
-            return _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
+            log_prob = _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
+            # but icdf(0) and icdf(1) carry a logit of -inf / +inf: the boundary, refused as a plain 0 or 1
+            return self._refuse_boundary(y.isinf(), log_prob, "an endpoint of the unit interval (x = 0 or 1)") if self._validate_args else log_prob
         self._validate(value)
         logit_x = _numerics.logit(value)
         log_prob = _numerics.bin_concrete_log_prob_at_boundary(logit_x, self.logits, self._kernel_temperature)

@@ -511,7 +511,7 @@ class RELAX(_ControlVariateLoss):
     lambda to lower the variance of the guide's gradient (see :class:`REBAR`). Unbiased whatever r.
 
     :param str plate: the data plate, or None.
-    :param control_variate: the network r, an ``nn.Module`` from (..., D) features to (..., 1); by
+    :param control_variate: the network r, an ``nn.Module`` from (..., D) features to (..., 1) or (...,); by
         default one hidden layer of ``hidden`` tanh units with a zero output layer (RELAX starts as
         REBAR). Registered as ``RELAX.network``, one per param store: a loaded store's network (resuming)
         is the one trained, and one of other shapes raises a ValueError.
@@ -545,7 +545,8 @@ class RELAX(_ControlVariateLoss):
     def _control_variate(self, f_relaxed, values, sites):
         eta, _ = self._tunables(f_relaxed)
         features = torch.cat([_per_element_features(value, site, self.plate) for value, site in zip(values.values(), sites.values())], -1)
-        residual = self._network(features)(features).squeeze(-1)
+        residual = self._network(features)(features)
+        residual = residual[messages.one_per_row(type(self).__name__, residual.shape, features.shape)]
         return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
 
 

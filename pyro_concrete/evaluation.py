@@ -7,6 +7,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 from typing import Any, Callable, Optional, Sequence
 
 import pyro
+import pyro.poutine.runtime
 import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
@@ -62,7 +63,7 @@ def marginal_log_likelihood(
     model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
-    with evaluating.discrete_graph("marginal_log_likelihood"):
+    with evaluating.discrete_graph("marginal_log_likelihood", runtime=pyro.poutine.runtime):
         value = _summed_log_joint(enumerated, args, kwargs, max_plate_nesting(trace))
     if not torch.is_tensor(value):  # nothing to sum
         like = _observed_value(trace)
@@ -230,7 +231,7 @@ def _assignment(model, args, kwargs, params, given, temperature):
         decoded = infer_discrete(
             SummedWithPriorMasses()(config_enumerate(swap(model))), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
         )
-        with evaluating.discrete_graph("the decoding"):
+        with evaluating.discrete_graph("the decoding", runtime=pyro.poutine.runtime):
             trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap.index_to_value
     return {

@@ -148,6 +148,14 @@ def test_icdf_at_zero_and_one_is_the_support_boundary(backend, name):
     low, high = (0.0, 1.0) if name == "BinConcrete" else (-np.inf, np.inf)
     np.testing.assert_array_equal(backend.numpy(d.icdf(backend.array(np.zeros(3)))), low)
     np.testing.assert_array_equal(backend.numpy(d.icdf(backend.array(np.ones(3)))), high)
+    if name != "BinConcrete":
+        return  # LogitBinConcrete's +-inf: the density's limit 0, as for any value there
+    # the boundary is refused under validation, as a plain 0 or 1 is (Pyro scored the logit of
+    # +-inf that icdf carried with the endpoints: NaN, with no error)
+    checked = backend.make(name, 0.5, logits=np.array([-2.0, 0.0, 3.0]), validate_args=True)
+    for u in (np.array([0.0, 0.5, 0.5]), np.array([0.5, 0.5, 1.0])):
+        with pytest.raises(ValueError, match=rf"{name}.log_prob: the value holds"):
+            checked.log_prob(checked.icdf(backend.array(u)))
 
 
 @pytest.mark.parametrize("validate", [False, True])

@@ -689,3 +689,55 @@ def test_nuts_on_the_enumerate_mode_samples_the_exact_posterior_of_the_continuou
 
     ess = float(effective_sample_size(m[None]))
     assert abs(m.mean() - expected) < 4.5 * sd / np.sqrt(ess), (m.mean(), expected, ess)  # |z| > 4.5: 7e-6
+
+
+@pytest.mark.parametrize("temperature", [-1.0, 0.0])
+def test_a_traced_invalid_temperature_gives_nan_not_a_finite_number(temperature):
+    """A temperature validation cannot read (traced: a learned one gone negative inside ``jit``):
+    the densities are NaN (their log(temperature)), and so are the cdf, icdf and Hard Concrete's
+    point masses, which took none of its log. They were finite numbers of no distribution: at
+    temperature -1, P(Z = 0) = 0.89 and P(Z = 1) = 0.94, and cdfs of 0.53 and 0.33."""
+    logits = jnp.array(0.3)
+    outputs = {
+        "HardConcrete.log_prob": lambda t: nc.HardConcrete(t, logits=logits).log_prob(jnp.array([0.0, 1.0])),
+        "HardConcrete.cdf": lambda t: nc.HardConcrete(t, logits=logits).cdf(jnp.array(0.5)),
+        "HardConcrete.prob_nonzero": lambda t: nc.HardConcrete(t, logits=logits).prob_nonzero,
+        "BinConcrete.cdf": lambda t: nc.BinConcrete(t, logits=logits).cdf(jnp.array(0.4)),
+        "BinConcrete.icdf": lambda t: nc.BinConcrete(t, logits=logits).icdf(jnp.array(0.4)),
+        "LogitBinConcrete.cdf": lambda t: nc.LogitBinConcrete(t, logits=logits).cdf(jnp.array(0.4)),
+        "LogitBinConcrete.icdf": lambda t: nc.LogitBinConcrete(t, logits=logits).icdf(jnp.array(0.4)),
+    }
+    with numpyro.validation_enabled(True):
+        for name, fn in outputs.items():
+            assert np.all(np.isnan(np.asarray(jax.jit(fn)(jnp.array(temperature))))), name
+            assert np.all(np.isfinite(np.asarray(jax.jit(fn)(jnp.array(0.5))))), name
+
+
+@pytest.mark.parametrize("u", [15.0, 16.0, 16.6])
+def test_eager_potential_energy_near_the_boundary_is_that_of_one_point(u):
+    """NumPyro's eager ``potential_energy`` at a BinConcrete site, float32, where sigmoid(u) lies a few
+    ulps below 1: the value carries nothing eagerly, so the density scores the rounded x, whose logit
+    u' is not u (1 - x off by up to a factor of 2). The Jacobian is taken at the same point: the
+    potential is exactly that of u' (it was off from every point's by up to a nat), and under ``jit``,
+    where u is carried, exactly that of u."""
+    temperature, logits = 0.5, 16.0
+
+    def model():
+        numpyro.sample("b", nc.BinConcrete(temperature, logits=logits))
+
+    def exact(v):  # -log p_LogitBinConcrete(v), the potential in the unconstrained coordinate
+        return -(np.log(temperature) + logits - temperature * v - 2 * np.logaddexp(0.0, logits - temperature * v))
+
+    from numpyro.infer.util import potential_energy
+
+    from tests.backends import enable_x64
+
+    with enable_x64(False):
+        params = {"b": jnp.array(u, jnp.float32)}
+        rounded = float(jax.nn.sigmoid(params["b"]))
+        assert 0.0 < 1.0 - rounded < 1e-6
+        u_rounded = np.log(rounded) - np.log1p(-rounded)  # float64 logit of the rounded float32 value
+        eager = float(potential_energy(model, (), {}, params))
+        traced = float(jax.jit(lambda p: potential_energy(model, (), {}, p))(params))
+    np.testing.assert_allclose(eager, exact(u_rounded), rtol=2e-5)
+    np.testing.assert_allclose(traced, exact(u), rtol=2e-5)

@@ -797,6 +797,26 @@ def test_a_relaxed_site_hidden_from_the_helper_raises(backend, helper):
         backend.in_seed(lambda: getattr(backend.lib, helper)(model, backend.array(DATA)))
 
 
+@pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment", "sample_assignment"])
+def test_a_discrete_site_of_the_host_hidden_from_the_helper_raises(backend, helper):
+    """The model's own discrete site (a one-hot categorical, as the host's would be) hidden by
+    ``block``: the helper could not enumerate it and the host drew it at random -- the marginal was
+    log p(x | one random z), a different value at every call, and the decodings left z out, with
+    no error (NumPyro without a seed: a bare AssertionError)."""
+    means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
+
+    def model(x):
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
+            backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
+
+    hidden = backend.block(model, hide=["z"])
+    with pytest.raises(ValueError, match=rf"{helper}: site 'z' \(OneHotCategorical\w*\) drew a value while the model's discrete graph"):
+        backend.in_seed(lambda: getattr(backend.lib, helper)(hidden, backend.array(DATA)))
+    expected = logsumexp(_brute_force("Concrete"), axis=1).sum()  # unhidden, the same model is summed
+    np.testing.assert_allclose(float(backend.numpy(backend.lib.marginal_log_likelihood(model, backend.array(DATA)))), expected, rtol=1e-9)
+
+
 def test_a_discrete_one_hot_with_a_category_of_probability_zero(backend):
     """``limits.OneHotCategorical(probs=[0, p, 1 - p])``: the category of probability 0 is never
     chosen. NumPyro's checked the logits it derived, log 0 = -inf, and refused the user's probs

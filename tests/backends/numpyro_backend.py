@@ -168,19 +168,20 @@ class Backend:
         values, grads = compiled(keys)
         return np.asarray(values), {name: np.asarray(g) for name, g in grads.items()}
 
-    def control_variate(self, features, hidden=4, seed=0):
+    def control_variate(self, features, hidden=4, seed=0, outputs=None):
         """A RELAX network r (``features`` -> 1) with random weights in both layers, so that r is not
         zero (the default network starts at zero): a function declaring its parameters
-        ``RELAX.network.*``."""
+        ``RELAX.network.*``, (...,) out (``outputs``: (..., outputs))."""
         generator = np.random.default_rng(seed)
         init = {
             "w0": generator.normal(0, 1.0, (features, hidden)), "b0": generator.normal(0, 1.0, hidden),
-            "w1": generator.normal(0, 2.0, (hidden, 1)), "b1": generator.normal(0, 2.0, 1),
+            "w1": generator.normal(0, 2.0, (hidden, outputs or 1)), "b1": generator.normal(0, 2.0, outputs or 1),
         }
 
         def network(x):
             w = {name: numpyro.param(f"RELAX.network.{name}", jnp.asarray(value, x.dtype)) for name, value in init.items()}
-            return (jnp.tanh(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"])[..., 0]
+            output = jnp.tanh(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"]
+            return output if outputs else output[..., 0]
 
         return network
 

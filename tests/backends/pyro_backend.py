@@ -165,11 +165,12 @@ class Backend:
                 p.grad = None
         return np.array(values), {name: np.array(g) for name, g in grads.items()}
 
-    def control_variate(self, features, hidden=4, seed=0):
+    def control_variate(self, features, hidden=4, seed=0, outputs=None):
         """A RELAX network r (``features`` -> 1) with random weights in both layers, so that r is not
-        zero (the default network starts at zero): an ``nn.Module``."""
+        zero (the default network starts at zero): an ``nn.Module``, (..., 1) out (``outputs``: (...,
+        outputs))."""
         generator = np.random.default_rng(seed)
-        first, last = torch.nn.Linear(features, hidden), torch.nn.Linear(hidden, 1)
+        first, last = torch.nn.Linear(features, hidden), torch.nn.Linear(hidden, outputs or 1)
         for layer, scale in ((first, 1.0), (last, 2.0)):
             layer.weight.data = torch.tensor(generator.normal(0, scale, tuple(layer.weight.shape)))
             layer.bias.data = torch.tensor(generator.normal(0, scale, tuple(layer.bias.shape)))
