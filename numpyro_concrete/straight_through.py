@@ -41,7 +41,9 @@ def _relaxed_coordinates(d, value, kind, intermediates):
             f"traced computation that drew it, and no intermediates were given, so the relaxed sample behind it "
             f"cannot be determined -- a copy or user data with the same discrete content could belong to any "
             f"sample; score the sample where it was drawn, pass its intermediates (sample_with_intermediates), "
-            f"or score discrete values with .discrete().log_prob(value)"
+            f"or score discrete values with .discrete().log_prob(value). An autoguide's or MCMC's value (unconstrained, pushed onto "
+            f"the support) is such data: a straight-through site has no density of values it did not draw; write "
+            f"the site with Concrete / BinConcrete in the model (straight-through belongs in the guide)"
         )
     return y
 

@@ -36,7 +36,9 @@ def _relaxed_coordinates(d, value, kind):
             f"{type(d).__name__}.log_prob: value is not a sample of a straight-through distribution (or a view "
             f"of one), so the relaxed sample behind it cannot be determined -- a copy or user data with the same "
             f"discrete content could belong to any sample; score the sample itself, or discrete values with "
-            f".discrete().log_prob(value)"
+            f".discrete().log_prob(value). An autoguide's or MCMC's value (unconstrained, pushed onto "
+            f"the support) is such data: a straight-through site has no density of values it did not draw; write "
+            f"the site with Concrete / BinConcrete in the model (straight-through belongs in the guide)"
         )
     return y
 

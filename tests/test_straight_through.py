@@ -77,6 +77,25 @@ def test_log_prob_of_a_value_that_is_no_sample_raises(backend, name):
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
+def test_an_autoguide_over_a_straight_through_site_is_refused_saying_why(backend, name):
+    """A model written with a straight-through latent under an autoguide (as under NUTS): the
+    autoguide's value, pushed onto the support, is no sample of the site, which has no density of
+    values it did not draw. The error said only that the value was a copy or user data; it now says
+    that an autoguide's or MCMC's value is such data, and to write the site with Concrete /
+    BinConcrete in the model."""
+    logits = np.array([0.3, -1.0, 2.0]) if name == "ConcreteStraightThrough" else np.array(0.3)
+
+    def model(x):
+        with backend.plate("data", 2):
+            backend.site("z", _make(backend, name, 0.5, logits))
+            backend.site("x", backend.normal(backend.array(np.zeros(2)), 1.0), obs=x)
+
+    guide = backend.autoguide("AutoNormal", model)
+    with pytest.raises(ValueError, match="An autoguide's or MCMC's value .* write the site with Concrete / BinConcrete in the model"):
+        backend.elbo_loss(model, guide, backend.array(np.zeros(2)))
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
 def test_copies_and_equal_user_data_raise_while_the_sample_lives(backend, name):
     """The sample's discrete content alone cannot say which relaxed sample is behind a value: a copy
     of a live sample, and user data equal to exactly one live sample, raise instead of borrowing
