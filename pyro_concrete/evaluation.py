@@ -62,6 +62,7 @@ def marginal_log_likelihood(
     """
     model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
+    _check_common_scale(model, args, kwargs, given)  # named, as in NumPyro and the decodings (the host's error named nothing)
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
     with evaluating.discrete_graph("marginal_log_likelihood", runtime=pyro.poutine.runtime):
         value = _summed_log_joint(enumerated, args, kwargs, max_plate_nesting(trace))
