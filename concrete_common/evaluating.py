@@ -36,17 +36,17 @@ def discrete_graph(helper, runtime=None):
 
 
 def check_no_discrete_draw(msg):
-    """A latent site of discrete support that reaches the host's sampler unmarked for enumeration:
-    a site hidden from the helper's handlers (block), drawn at random where the helper sums every
-    other value -- log p(x | one random draw), a different number at every call, with no error."""
+    """A latent site of discrete support that reaches the host's sampler without a value: the
+    helper's enumeration gives every site it sees one first, so this one was hidden from its handlers
+    (block; marked for enumeration or not), and is drawn at random where the helper sums every other
+    value -- log p(x | one random draw), a different number at every call, with no error."""
     if msg["type"] != "sample" or msg["is_observed"] or msg["value"] is not None:
         return
-    if getattr(msg["fn"], "has_enumerate_support", False) and (msg["infer"] or {}).get("enumerate") != "parallel":
+    if getattr(msg["fn"], "has_enumerate_support", False):
         raise messages.ModelError(
             f"site {msg['name']!r} ({type(msg['fn']).__name__}) drew a value while the model's discrete graph was "
             "evaluated: a discrete site the helper could not see (hidden by block / poutine.block), so the value would "
-            "be one random draw, not summed out; let every discrete site reach the helper (no block around it), or "
-            "hold it at a value with given="
+            "be one random draw, not summed out; let every discrete site reach the helper (no block around it)"
         )
 
 

@@ -303,6 +303,18 @@ def subsampled_inside(plate, other):
     )
 
 
+def drawn_and_observed(site):
+    """A site the guide draws and the model observes (conditioned, or held at a value by a handler
+    inside the model): the model never reads the guide's value, and log q of it would still be in
+    every weight -- a bound above log p(x)."""
+    return ModelError(
+        f"site {site!r} is drawn by the guide but observed in the model (conditioned, or held at a value by a "
+        "handler inside the model): the model never reads the guide's value, and its log q would still be in "
+        "every importance weight (a 'bound' above log p(x)); leave it out of the guide, or mark it "
+        "infer={'is_auxiliary': True} if the guide only uses it inside"
+    )
+
+
 def model_latent_without_rsample(site, distribution, loss):
     """A latent the guide does not draw, drawn by the model from a prior without a reparameterized
     sampler: its prior's parameters need a score-function gradient."""
@@ -375,7 +387,7 @@ def one_per_row(estimator, output_shape, feature_shape):
     rows, shape = tuple(feature_shape[:-1]), tuple(output_shape)
     if shape == rows + (1,):
         return (..., 0)
-    if shape == rows:
+    if shape == rows or (rows == (1,) and shape == ()):  # plate=None: one row, a scalar is its value
         return ...
     raise control_variate_shape(estimator, shape, rows)
 

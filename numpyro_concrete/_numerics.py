@@ -199,7 +199,6 @@ def bin_concrete_log_prob_at_boundary(y, logits, temperature):
     return jnp.where(at_end, limit, interior)
 
 
-@jax.jit
 def positive(temperature):
     """The temperature, NaN where it is not positive: a temperature that validation could not read
     (traced: a learned one gone negative inside ``jit``) makes what the cdf, icdf and Hard Concrete's
@@ -208,6 +207,7 @@ def positive(temperature):
     return jnp.where(temperature > 0, temperature, jnp.nan)
 
 
+@jax.jit
 def log(x):
     """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
     cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""

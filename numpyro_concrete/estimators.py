@@ -49,6 +49,7 @@ from concrete_common.floats import coldest_temperature, logits_bounds
 from concrete_common.messages import named_errors
 
 from ._traces import (
+    held_as_observed,
     importance_traces,
     log_weights,
     model_only_latents,
@@ -252,7 +253,7 @@ class _DiscreteGraphLoss(ELBO):
     def _draw(self, model, guide, key, args, kwargs, value_of=None):
         """(model trace, guide trace, {site: _Site}, _Replay) with the guide's sites drawn as their limits."""
         draws = _Draws(guide, value_of)
-        model_trace, guide_trace = importance_traces(_ScoredByMass(model, type(self).__name__), draws, key, args, kwargs)
+        model_trace, guide_trace = importance_traces(_ScoredByMass(held_as_observed(model), type(self).__name__), draws, key, args, kwargs)
         if not draws.sites:
             raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
         rerun = self._check_latents(model_trace, guide_trace, draws.sites)
@@ -329,7 +330,7 @@ class _DiscreteGraphLoss(ELBO):
         the draw's key (a continuous site is redrawn given the new values by the same
         reparameterization); otherwise the draw's guide trace holds the new values and the model,
         seeded with ``key``, is replayed against it."""
-        scored = _ScoredByMass(_FixedParams(model) if fixed_model else model, type(self).__name__)
+        scored = _ScoredByMass(held_as_observed(_FixedParams(model) if fixed_model else model), type(self).__name__)
         if replay.rerun:
             world_guide = _Draws(guide, lambda name, site: values[name])
             return self._elbo(*importance_traces(scored, world_guide, replay.key, args, kwargs))

@@ -123,11 +123,13 @@ class HeldAsObserved(Messenger):
     trace) is held there, and is treated as observed, as ``poutine.condition`` would make it: scored
     at that value, neither enumerated nor taken for a draw from its prior (whose log density
     cancels in an importance weight: a held model-only latent lost log p(value | parameters) and its
-    gradient). Values set by ``discrete(mode="argmax")`` are the mode's own, and stay latent."""
+    gradient). Values set by ``discrete(mode="argmax")`` are the mode's own, and an enumeration's
+    values inside the model its support: both stay latent."""
 
     def _pyro_sample(self, msg):
-        if msg["is_observed"] or msg["value"] is None or (msg["infer"] or {}).get(ARGMAX_VALUE):
-            return
+        infer = msg["infer"] or {}
+        if msg["is_observed"] or msg["value"] is None or infer.get(ARGMAX_VALUE) or "_enumerate_dim" in infer:
+            return  # the mode's values; an enumeration's (its support)
         msg["is_observed"] = True
 
 
@@ -435,7 +437,9 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     infer = {name: site["infer"] for name, site in guide_sites.items()}
     layouts = discrete_proposal.auxiliary_layouts(_joint_latent_layouts(autoguide), infer, model_sites)
     concrete = {name for name, site in guide_sites.items() if isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)}
-    discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, given, layouts)
+    # a site the model observes (conditioned, or held inside it) is held at its value, as given: not proposed
+    held = set(given or ()) | {site["name"] for site in sample_sites(model_trace) if site["is_observed"]}
+    discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, held, layouts)
     marginals = {}
     for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
@@ -575,12 +579,17 @@ def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=
     """Per-particle log p(x, z) - log q(z): shape (num_particles,) or (num_particles, plate size).
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
-    proposal: its log p cancels against its log q and is left out. ``globals_given`` (per-element
+    proposal: its log p cancels against its log q and is left out; one the guide draws and the model
+    observes raises (:func:`concrete_common.messages.drawn_and_observed`). ``globals_given`` (per-element
     bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
     are left out, and a latent outside it raises.
     """
     total = 0.0
     proposed = {site["name"] for site in sample_sites(guide_trace)}
+    observed = {site["name"] for site in sample_sites(model_trace) if site["is_observed"]}
+    for site in sample_sites(guide_trace):
+        if site["name"] in observed and not site["is_observed"] and not (site["infer"] or {}).get("is_auxiliary"):
+            raise messages.drawn_and_observed(site["name"])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
         for site in sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:

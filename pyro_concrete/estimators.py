@@ -48,6 +48,7 @@ from concrete_common.messages import named_errors
 
 from ._numerics import log_softmax
 from ._traces import (
+    held_as_observed,
     importance_traces,
     log_weights,
     model_only_latents,
@@ -269,7 +270,7 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         state = _rng_state()
         draws = _Draws(value_of)
         model_trace, guide_trace = importance_traces(
-            _ScoredByMass(type(self).__name__)(model), draws(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
+            _ScoredByMass(type(self).__name__)(held_as_observed(model)), draws(guide), args, kwargs, max_plate_nesting=self._max_plate_nesting
         )
         if not draws.sites:
             raise messages.ModelError("the guide has no Concrete-family site: nothing for the estimator to act on")
@@ -344,7 +345,7 @@ class _DiscreteGraphLoss(ImportanceWeightedELBO):
         # statement records the detached value, which is not the parameter store's
         fixed = poutine.block(poutine.substitute(model, data={name: value.detach() for name, value in model_params.items()}),
                               hide_types=["param"]) if model_params else model
-        scored = _ScoredByMass(type(self).__name__)(fixed)
+        scored = _ScoredByMass(type(self).__name__)(held_as_observed(fixed))
         if replay.rerun:
             with _same_randomness(replay.state):
                 world_model, world_guide = importance_traces(

@@ -91,3 +91,21 @@ def test_a_model_latent_held_inside_the_model_is_scored(backend):
         values, grads = backend.loss_samples(fn, guide, backend.array(DATA[:size]), loss=loss, seeds=[1, 2])
         np.testing.assert_allclose(values, -exact, rtol=1e-10)
         np.testing.assert_allclose(grads["theta"], -held, rtol=1e-10)
+
+
+def test_a_site_the_guide_draws_and_the_model_observes_is_refused(backend):
+    """The guide draws mu, which the model observes (conditioned, or held by the host's handler
+    inside it): the model never reads the guide's value, and its log q was still in every weight --
+    the loss's "bound" log p(x, mu) + H(q) lay above log p(x) (-0.68 against -1.52, in both
+    packages), with no error beyond the host's warning. It raises, naming the site."""
+
+    def model(x):
+        mu = backend.site("mu", backend.normal(0.0, 1.0))
+        backend.site("x", backend.normal(mu, 1.0), obs=x)
+
+    def guide(x):
+        backend.site("mu", backend.normal(0.0, 1.0))
+
+    for fn in (backend.hold(model, {"mu": 0.5}), backend.condition(model, {"mu": 0.5})):
+        with pytest.raises(ValueError, match=r"^ImportanceWeightedELBO: site 'mu' is drawn by the guide but observed in the model"):
+            backend.elbo_loss(fn, guide, backend.array(1.0), loss=backend.lib.ImportanceWeightedELBO(num_particles=1))

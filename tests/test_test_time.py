@@ -798,17 +798,19 @@ def test_a_relaxed_site_hidden_from_the_helper_raises(backend, helper):
         backend.in_seed(lambda: getattr(backend.lib, helper)(model, backend.array(DATA)))
 
 
+@pytest.mark.parametrize("marked", [False, True])
 @pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment", "sample_assignment"])
-def test_a_discrete_site_of_the_host_hidden_from_the_helper_raises(backend, helper):
+def test_a_discrete_site_of_the_host_hidden_from_the_helper_raises(backend, helper, marked):
     """The model's own discrete site (a one-hot categorical, as the host's would be) hidden by
     ``block``: the helper could not enumerate it and the host drew it at random -- the marginal was
     log p(x | one random z), a different value at every call, and the decodings left z out, with
-    no error (NumPyro without a seed: a bare AssertionError)."""
+    no error (NumPyro without a seed: a bare AssertionError). Marked for enumeration by the model
+    itself (``marked``) it is drawn all the same."""
     means, logits = backend.array(MEANS[True]), backend.array(LOGITS[True])
 
     def model(x):
         with backend.plate("data", N):
-            z = backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
+            z = backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits), infer={"enumerate": "parallel"} if marked else None)
             backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
 
     hidden = backend.block(model, hide=["z"])
