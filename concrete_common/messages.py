@@ -315,6 +315,17 @@ def drawn_and_observed(site):
     )
 
 
+def hard_concrete_in_bound(site):
+    """A Hard Concrete latent in an importance-weighted bound: its point masses at 0 and 1 move with
+    its parameters, and the pathwise gradient through the clamp misses their share."""
+    return ModelError(
+        f"site {site!r} holds HardConcrete, whose point masses at 0 and 1 move with its parameters: the "
+        "pathwise gradient of an importance-weighted bound misses their share (22-32 % of the gradient of "
+        "a gate, with no error), and its score-function gradient is not this loss's; train gates with "
+        "L0Objective (its penalty is the closed-form P(gate != 0))"
+    )
+
+
 def model_latent_without_rsample(site, distribution, loss):
     """A latent the guide does not draw, drawn by the model from a prior without a reparameterized
     sampler: its prior's parameters need a score-function gradient."""

@@ -25,6 +25,7 @@ from concrete_common import discrete_proposal, messages, subsampling
 from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
+from .hard_concrete import HardConcrete
 from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
@@ -580,7 +581,8 @@ def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=
 
     A latent site the guide does not draw is drawn by the model from its prior, which is then its
     proposal: its log p cancels against its log q and is left out; one the guide draws and the model
-    observes raises (:func:`concrete_common.messages.drawn_and_observed`). ``globals_given`` (per-element
+    observes raises (:func:`concrete_common.messages.drawn_and_observed`), and so does a Hard Concrete
+    latent (:func:`concrete_common.messages.hard_concrete_in_bound`). ``globals_given`` (per-element
     bounds of the discrete graph): observed sites outside ``plate`` condition every element alike and
     are left out, and a latent outside it raises.
     """
@@ -590,6 +592,10 @@ def log_weights(model_trace, guide_trace, particle_dim, plate, *, globals_given=
     for site in sample_sites(guide_trace):
         if site["name"] in observed and not site["is_observed"] and not (site["infer"] or {}).get("is_auxiliary"):
             raise messages.drawn_and_observed(site["name"])
+    for traced in (guide_trace, model_trace):
+        for site in sample_sites(traced):
+            if not site["is_observed"] and isinstance(unwrap(site["fn"])[0], HardConcrete):
+                raise messages.hard_concrete_in_bound(site["name"])
     for trace, sign in ((model_trace, 1.0), (guide_trace, -1.0)):
         for site in sample_sites(trace):
             if sign > 0 and not site["is_observed"] and site["name"] not in proposed:

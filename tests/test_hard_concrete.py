@@ -448,3 +448,26 @@ def test_the_support_has_no_bijection_so_autoguides_refuse_a_hard_concrete_laten
     guide = backend.autoguide("AutoNormal", model)
     with pytest.raises(ValueError, match=r"no bijection from the real line reaches the masses"):
         backend.svi(model, guide, backend.array(0.05), steps=1, lr=0.01)
+
+
+@pytest.mark.parametrize("where", ["guide", "model"])
+@pytest.mark.parametrize("loss", ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO"])
+def test_the_importance_weighted_losses_refuse_a_hard_concrete_latent(backend, loss, where):
+    """A Hard Concrete gate drawn by the guide (or by the model, proposed by its prior): its point
+    masses at 0 and 1 move with its parameters, and the losses' pathwise gradient through the clamp
+    missed their share -- 22-32 % of a gate's gradient in both packages (z = -175 over 2e5 draws), with
+    no error. They raise, pointing to L0Objective."""
+
+    def model(x):
+        with backend.plate("data", 2):
+            g = backend.site("g", backend.lib.HardConcrete(2 / 3, logits=backend.array([-3.0, -3.0])))
+            backend.site("x", backend.normal(2.0 * g, 1.0), obs=x)
+
+    def guide(x):
+        if where == "guide":
+            with backend.plate("data", 2):
+                backend.site("g", backend.lib.HardConcrete(2 / 3, logits=backend.param("a", np.array([0.8, 0.8]))))
+
+    kwargs = {"num_particles": 2} if loss == "VIMCO" else {}
+    with pytest.raises(ValueError, match=rf"^{loss}: site 'g' holds HardConcrete, whose point masses .* train gates with L0Objective"):
+        backend.elbo_loss(model, guide, backend.array([0.5, 1.5]), loss=getattr(backend.lib, loss)(**kwargs))
