@@ -326,6 +326,15 @@ def hard_concrete_in_bound(site):
     )
 
 
+def no_gates():
+    """``L0Objective`` on a guide without a Hard Concrete site: no penalty at all, with no error."""
+    return ValueError(
+        "L0Objective: the guide draws no HardConcrete site, so the penalty l0 * sum P(gate != 0) has no gate "
+        "to charge and the objective would be the likelihood alone (gates written with BinConcrete?); draw the "
+        "gates with HardConcrete, or train with another loss"
+    )
+
+
 def model_latent_without_rsample(site, distribution, loss):
     """A latent the guide does not draw, drawn by the model from a prior without a reparameterized
     sampler: its prior's parameters need a score-function gradient."""

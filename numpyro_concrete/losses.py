@@ -267,7 +267,10 @@ class L0Objective(ELBO):
             for site in sample_sites(model_trace)
             if site["is_observed"]
         )
-        expected_l0 = sum(_expected_open_gates(site) for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete))
+        gates = [site for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete)]
+        if not gates:
+            raise messages.no_gates()
+        expected_l0 = sum(_expected_open_gates(site) for site in gates)
         return {"loss": -log_likelihood + self.l0 * expected_l0, "mutable_state": None}
 
 

@@ -272,7 +272,10 @@ class L0Objective(_DifferentiableLoss):
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         model_trace.compute_log_prob(site_filter=lambda name, site: site["is_observed"])  # scaled by the plates
         log_likelihood = sum(site["log_prob_sum"] for site in model_trace.nodes.values() if "log_prob_sum" in site)
-        expected_l0 = sum(_expected_open_gates(site) for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete))
+        gates = [site for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete)]
+        if not gates:
+            raise messages.no_gates()
+        expected_l0 = sum(_expected_open_gates(site) for site in gates)
         return -log_likelihood + self.l0 * expected_l0
 
 

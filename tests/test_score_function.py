@@ -172,3 +172,20 @@ def test_l0_objective_charges_only_the_gates_a_mask_keeps(backend):
 def test_l0_objective_refuses_an_l0_that_is_not_a_finite_nonnegative_number(backend, l0):
     with pytest.raises(ValueError, match=r"L0Objective: l0 must be a finite number >= 0"):
         backend.lib.L0Objective(l0)
+
+
+def test_l0_objective_refuses_a_guide_without_gates(backend):
+    """Gates written with BinConcrete by mistake: the guide draws no HardConcrete site, and the loss
+    was the likelihood alone, with no penalty and no error. It raises, saying so."""
+
+    def model(x):
+        with backend.plate("data", 2):
+            g = backend.site("g", backend.lib.BinConcrete(2 / 3, logits=backend.array([0.0, 0.0])))
+            backend.site("x", backend.normal(g, 1.0), obs=x)
+
+    def guide(x):
+        with backend.plate("data", 2):
+            backend.site("g", backend.lib.BinConcrete(2 / 3, logits=backend.param("a", np.zeros(2))))
+
+    with pytest.raises(ValueError, match=r"^L0Objective: the guide draws no HardConcrete site"):
+        backend.elbo_loss(model, guide, backend.array([0.5, 1.5]), loss=backend.lib.L0Objective(0.1))
