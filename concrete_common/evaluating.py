@@ -17,7 +17,8 @@ def discrete_graph(helper, runtime=None):
     host's module whose ``default_process_message`` draws a site that no handler gave a value
     (``pyro.poutine.runtime``, ``numpyro.primitives``), where every discrete site is enumerated:
     while the graph is summed or decoded there, a discrete site drawn there escaped the helper
-    (:func:`check_no_discrete_draw`)."""
+    (:func:`check_no_discrete_draw`). The hosts' refusals of crossed plates are given a message that
+    names the cause (:func:`concrete_common.messages.crossed_plates`)."""
     _HELPERS.append(helper)
     original = getattr(runtime, "default_process_message", None)
     if runtime is not None:
@@ -29,6 +30,10 @@ def discrete_graph(helper, runtime=None):
         runtime.default_process_message = guarded
     try:
         yield
+    except (NotImplementedError, ValueError) as error:
+        if "tree-structured plate nesting" in str(error) or str(error) == "intractable!":  # Pyro's, funsor's
+            raise messages.crossed_plates(error) from None
+        raise
     finally:
         _HELPERS.pop()
         if runtime is not None:

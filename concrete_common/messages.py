@@ -439,6 +439,18 @@ def observed_after_enumeration(site):
     )
 
 
+def crossed_plates(host_error):
+    """The exact helpers on discrete latents in plates that are not nested (a bicluster's rows and
+    columns): the hosts' enumeration contracts tree-structured plates only, and said so in its own
+    words (Pyro: about dimension symbols the model never named; funsor: "intractable!")."""
+    return ModelError(
+        "the model's discrete latent sites lie in plates that are not nested (crossed plates, as in a "
+        "bicluster or item-response model): their exact sum is not tree-structured, which the hosts' "
+        "enumeration cannot contract; bound log p(x) with discrete_log_likelihood instead (the host said: "
+        f"{str(host_error).splitlines()[0]})"
+    )
+
+
 def per_element_scale(site, traced=False):
     """A scale the exact helpers and ``discrete_log_likelihood`` cannot take off the log joint."""
     return ModelError(

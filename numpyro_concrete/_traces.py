@@ -376,7 +376,7 @@ def proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
     closed-form marginal raises).
 
     :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
-        kept}).
+        kept}, {name: value} of the guide's sites the model holds).
     """
     model_trace, guide_trace = replayed_traces(model, guide, key, args, kwargs)
     for traced in (guide_trace, model_trace):
@@ -391,6 +391,8 @@ def proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
     # a site the model observes (conditioned, or held inside it) is held at its value, as given: not proposed
     held = set(given or ()) | {site["name"] for site in sample_sites(model_trace) if site["is_observed"]}
     discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, held, layouts)
+    # the guide's later sites read the held values, not a draw of their own (q(z | g = v), not q(z | g'))
+    held_values = {site["name"]: site["value"] for site in sample_sites(model_trace) if site["is_observed"] and site["name"] in guide_sites}
     marginals = {}
     for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
@@ -400,7 +402,7 @@ def proposal(model, guide, key, args, kwargs, autoguide=None, given=None):
         if _marginal_log_prob(joint, value, keep) is None:
             raise discrete_proposal.no_closed_form_marginal(name, fed_hidden, kept, type(joint).__name__, "handlers.block")
         marginals[name] = keep
-    return discretized, hidden, marginals
+    return discretized, hidden, marginals, held_values
 
 
 # ----------------------------------------------------------------------------- importance weights

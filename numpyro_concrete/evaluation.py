@@ -291,8 +291,8 @@ def discrete_log_likelihood(
     for fn in (model, guide):
         check_scan(fn, args, kwargs)
     check_observed_densities(trace(model, key, args, kwargs))  # an observed site's value and class do not depend on the draw
-    discretized, hidden, marginals = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
-    guide = marginalize(guide, marginals)
+    discretized, hidden, marginals, held_values = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
+    guide = marginalize(handlers.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
     # a masked-out data point's discrete latents weighed by their masses, as the exact sum weighs them
     guide_d = CommonScale(SummedWithPriorMasses(discrete(handlers.block(guide, hide=list(hidden)), mode="sample", sites=discretized), drawn=True), every_site=True)

@@ -425,7 +425,7 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     closed-form marginal raises).
 
     :returns: (discretized names, hidden names, {auxiliary name: boolean mask of the coordinates
-        kept}, the model's plate nesting).
+        kept}, the model's plate nesting, {name: value} of the guide's sites the model holds).
     """
     with torch.no_grad(), poutine.block():
         model_trace, guide_trace = replayed_traces(model, guide, args, kwargs)
@@ -441,6 +441,8 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     # a site the model observes (conditioned, or held inside it) is held at its value, as given: not proposed
     held = set(given or ()) | {site["name"] for site in sample_sites(model_trace) if site["is_observed"]}
     discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, held, layouts)
+    # the guide's later sites read the held values, not a draw of their own (q(z | g = v), not q(z | g'))
+    held_values = {site["name"]: site["value"] for site in sample_sites(model_trace) if site["is_observed"] and site["name"] in guide_sites}
     marginals = {}
     for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
@@ -452,7 +454,7 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
         marginals[name] = keep
     nesting = max_plate_nesting(model_trace)
     _check_observed_within_plates(model_trace, nesting)
-    return discretized, hidden, marginals, nesting
+    return discretized, hidden, marginals, nesting, held_values
 
 
 def _check_observed_within_plates(trace, nesting):

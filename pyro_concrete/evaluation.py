@@ -323,8 +323,8 @@ def discrete_log_likelihood(
     autoguide = guide
     model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
     _check_observed_sites(model, args, kwargs)
-    discretized, hidden, marginals, nesting = proposal(model, guide, args, kwargs, autoguide, given)
-    guide = marginalize(guide, marginals)
+    discretized, hidden, marginals, nesting, held_values = proposal(model, guide, args, kwargs, autoguide, given)
+    guide = marginalize(poutine.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
     model_scale, guide_scale = CommonScale(given), CommonScale()
     # a masked-out data point's discrete latents weighed by their masses, as the exact sum weighs them
