@@ -19,6 +19,29 @@ def auxiliary_layouts(joint_layouts, guide_infer, model_sites):
     return layouts
 
 
+def model_side(model_sample_sites, relaxed, concrete_in_guide, guide_sites, given):
+    """The model's part of the proposal, from its sample sites (the hosts' message dicts):
+
+    - ``relaxed`` and the model's own discrete sites that the guide draws from a Concrete-family
+      distribution (the model as written, its guide trained on ``relax(model)``): discretized too,
+      where the host scored the relaxed draw (a wrong number, or -inf);
+    - the names held: ``given``, and every site the model observes (conditioned, or held inside it),
+      which the guide does not propose;
+    - the values of the held sites the guide draws, which its later sites read (q(z | g = v), not
+      q(z | g') of a draw of its own).
+
+    :returns: (relaxed names, held names, {name: value}).
+    """
+    sites = list(model_sample_sites)
+    relaxed = set(relaxed) | {
+        site["name"] for site in sites
+        if not site["is_observed"] and site["name"] in concrete_in_guide and getattr(site["fn"], "has_enumerate_support", False)
+    }
+    observed = [site for site in sites if site["is_observed"]]
+    held = set(given or ()) | {site["name"] for site in observed}
+    return relaxed, held, {site["name"]: site["value"] for site in observed if site["name"] in guide_sites}
+
+
 def sort_guide_sites(relaxed, concrete_in_guide, guide_sites, model_sites, given, layouts):
     """Which guide sites the proposal discretizes, hides and marginalizes.
 

@@ -438,17 +438,8 @@ def proposal(model, guide, args, kwargs, autoguide=None, given=None):
     infer = {name: site["infer"] for name, site in guide_sites.items()}
     layouts = discrete_proposal.auxiliary_layouts(_joint_latent_layouts(autoguide), infer, model_sites)
     concrete = {name for name, site in guide_sites.items() if isinstance(unwrap(site["fn"])[0], CONCRETE_FAMILY)}
-    # the model as written, with the host's discrete sites, and its guide relaxed (trained on relax(model)):
-    # those sites are discretized in the guide too (the host scored the relaxed draw: wrong, or -inf)
-    relaxed |= {
-        site["name"] for site in sample_sites(model_trace)
-        if not site["is_observed"] and site["name"] in concrete and getattr(site["fn"], "has_enumerate_support", False)
-    }
-    # a site the model observes (conditioned, or held inside it) is held at its value, as given: not proposed
-    held = set(given or ()) | {site["name"] for site in sample_sites(model_trace) if site["is_observed"]}
+    relaxed, held, held_values = discrete_proposal.model_side(sample_sites(model_trace), relaxed, concrete, guide_sites, given)
     discretized, hidden, partial = discrete_proposal.sort_guide_sites(relaxed, concrete, guide_sites, model_sites, held, layouts)
-    # the guide's later sites read the held values, not a draw of their own (q(z | g = v), not q(z | g'))
-    held_values = {site["name"]: site["value"] for site in sample_sites(model_trace) if site["is_observed"] and site["name"] in guide_sites}
     marginals = {}
     for name, (kept, fed_hidden) in partial.items():
         joint, value = guide_sites[name]["fn"], guide_sites[name]["value"]
