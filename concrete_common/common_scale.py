@@ -24,11 +24,14 @@ class ScaleLedger:
             raise messages.different_scales(self.first, (name, scale))
 
 
-def joint_scale(*ledgers):
-    """The scale common to several ledgers (a model's and a guide's) as a number, 1.0 for none;
-    ledgers that recorded nothing do not count, and two different scales raise."""
-    recorded = [ledger for ledger in ledgers if ledger.first is not None]
-    for ledger in recorded[1:]:
-        ledger.record(*recorded[0].first)
-    scale = recorded[0].scale if recorded else None
+def joint_scale(**ledgers):
+    """The scale common to several ledgers, named by whose they are (``model=``, ``guide=``), as a
+    number, 1.0 for none; ledgers that recorded nothing do not count, and two different scales raise,
+    naming each site with its owner (a model's site and a guide's may share a name)."""
+    recorded = [(owner, ledger) for owner, ledger in ledgers.items() if ledger.first is not None]
+    for owner, ledger in recorded[1:]:
+        if ledger.scale != recorded[0][1].scale:
+            first_owner, first = recorded[0]
+            raise messages.different_scales(first.first, ledger.first, owners=(first_owner, owner))
+    scale = recorded[0][1].scale if recorded else None
     return 1.0 if scale is None else scale

@@ -303,6 +303,16 @@ def subsampled_inside(plate, other):
     )
 
 
+def subsampled_beside(plate, other):
+    """The per-element bound of m > 1 particles, with another plate subsampled beside ``plate``."""
+    return ModelError(
+        f"plate {other!r} subsamples its elements beside plate {plate!r}: its sites are shared by every element of "
+        f"{plate!r}, whose bound of m > 1 particles is the log of an average over the particles of their log weights "
+        f"too, which a subsample of {other!r} cannot estimate without bias; subsample {plate!r} alone, or use "
+        "num_particles=1 (the ELBO)"
+    )
+
+
 def drawn_and_observed(site):
     """A site the guide draws and the model observes (conditioned, or held at a value by a handler
     inside the model): the model never reads the guide's value, and log q of it would still be in
@@ -459,10 +469,14 @@ def per_element_scale(site, traced=False):
     )
 
 
-def different_scales(first, second):
-    """Two sites, (name, scale), scaled differently where one common scale weighs the result."""
+def different_scales(first, second, owners=None):
+    """Two sites, (name, scale), scaled differently where one common scale weighs the result;
+    ``owners``: whose each site is (the model's, the guide's), where they may share a name."""
+    names = [repr(first[0]), repr(second[0])]
+    if owners is not None:
+        names = [f"{name} of the {owner}" for name, owner in zip(names, owners)]
     return ModelError(
-        f"sites {first[0]!r} and {second[0]!r} have different scales (poutine.scale / handlers.scale: {first[1]} "
+        f"sites {names[0]} and {names[1]} have different scales (poutine.scale / handlers.scale: {first[1]} "
         f"and {second[1]}; None is none): the exact discrete graph and its bounds need one scale common to every "
         "site they score (as Pyro's TraceEnum_ELBO needs one for its enumerated sites), which weighs the result"
     )

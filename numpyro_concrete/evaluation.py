@@ -300,4 +300,4 @@ def discrete_log_likelihood(
     bound = importance_bound(
         model_d, guide_d, key, args, kwargs, num_particles=num_particles, plate=plate, globals_given=True
     )
-    return jax.lax.stop_gradient(bound * joint_scale(model_d.ledger, guide_d.ledger))
+    return jax.lax.stop_gradient(bound * joint_scale(model=model_d.ledger, guide=guide_d.ledger))

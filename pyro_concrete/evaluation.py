@@ -334,4 +334,4 @@ def discrete_log_likelihood(
         bound = importance_bound(
             model_d, guide_d, args, kwargs, num_particles=num_particles, plate=plate, max_plate_nesting=nesting, globals_given=True
         )
-    return bound * joint_scale(model_scale.ledger, guide_scale.ledger)
+    return bound * joint_scale(model=model_scale.ledger, guide=guide_scale.ledger)

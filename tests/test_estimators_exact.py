@@ -105,6 +105,24 @@ def test_bounds_of_several_particles_refuse_what_a_subsample_cannot_estimate(bac
     with pytest.raises(ValueError, match=rf"{name}: plate 'inner' subsamples its elements inside the elements of plate 'data'"):
         backend.loss_samples(model, guide, loss=getattr(backend.lib, name)(3, plate="data"), seeds=[1])
 
+    # a plate subsampled beside 'data' (its sites share no element of it) is named as beside, not inside
+    def beside_model():
+        with backend.plate("data", 4, subsample_size=2, dim=-1):
+            z = backend.site("z", backend.lib.BinConcrete(0.5, logits=backend.array(0.3)))
+            backend.site("x", backend.normal(z, 1.0), obs=backend.array(np.zeros(2)))
+        with backend.plate("other", 4, subsample_size=2, dim=-1):
+            backend.site("y", backend.normal(0.0, 1.0), obs=backend.array(np.zeros(2)))
+
+    def beside_guide():
+        with backend.plate("data", 4, subsample_size=2, dim=-1):
+            backend.site("z", backend.lib.BinConcrete(0.5, logits=backend.array(-0.2)))
+
+    model, guide = beside_model, beside_guide
+    if graph == "discrete":
+        model, guide = backend.lib.discrete(model), backend.lib.discrete(guide)
+    with pytest.raises(ValueError, match=rf"{name}: plate 'other' subsamples its elements beside plate 'data'"):
+        backend.loss_samples(model, guide, loss=getattr(backend.lib, name)(3, plate="data"), seeds=[1])
+
 
 # ----------------------------------------------------------------------------- 2. a continuous site after a relaxed one
 

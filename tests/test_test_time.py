@@ -530,8 +530,9 @@ def test_a_common_scale_weighs_the_discrete_log_likelihood(backend, plate):
     with_deterministic = _scaled_mixture(backend, s, s, N, deterministic=True)
     np.testing.assert_allclose(backend.discrete_log_likelihood(with_deterministic, _scaled_guide(backend, s), x, num_particles=m, plate=plate, seed=4),
                                scaled, rtol=1e-9)
-    for z_scale, x_scale, guide_scale in ((s, s, 1.0), (s, 1.0, s)):
-        with pytest.raises(ValueError, match="different scales"):
+    # each site named with its owner: the model's z and the guide's z (it said "sites 'z' and 'z'")
+    for z_scale, x_scale, guide_scale, sites in ((s, s, 1.0, "'z' of the model and 'z' of the guide"), (s, 1.0, s, "'z' and 'x'")):
+        with pytest.raises(ValueError, match=f"sites {sites} have different scales"):
             backend.discrete_log_likelihood(_scaled_mixture(backend, z_scale, x_scale, N), _scaled_guide(backend, guide_scale), x, num_particles=m, plate=plate)
 
 
