@@ -188,6 +188,12 @@ def check_num_particles(num_particles, least=1, name="num_particles"):
         raise ModelError(f"{name} must be {why}, got {num_particles!r}")
 
 
+def check_plate_name(plate):
+    """A loss's ``plate`` argument: None, or the name of a plate of the model."""
+    if plate is not None and not isinstance(plate, str):
+        raise ModelError(f"plate must be None or the name of a plate (a string), got {plate!r}")
+
+
 def outside_plate(site, plate):
     return ModelError(
         f"site {site!r} is outside plate {plate!r}: one value per element of the plate needs every site inside "

@@ -240,8 +240,10 @@ class _DiscreteGraphLoss(ELBO):
     binary_only = False
     tunable: tuple[str, ...] = ()  # the names (after the class name) of the parameters trained on the variance
 
+    @named_errors()
     def __init__(self, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=1)
+        messages.check_plate_name(plate)
         self.plate = plate
 
     def guide(self, guide: Callable[..., Any]) -> Callable[..., Any]:
@@ -528,6 +530,7 @@ class RELAX(_ControlVariateLoss):
 
     def __init__(self, plate: Optional[str] = None, control_variate: Optional[Callable[..., Any]] = None, hidden: int = 32) -> None:
         super().__init__(plate=plate)
+        messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
         self.control_variate, self.hidden = control_variate or self._default_network, hidden
 
     def _default_network(self, features):

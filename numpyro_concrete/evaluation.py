@@ -4,14 +4,18 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+import functools
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import numpyro.infer
 import numpyro.primitives
 from jax import Array
 from numpyro import handlers
+from numpyro.primitives import Messenger
 
 from concrete_common import evaluating
 from concrete_common.common_scale import joint_scale
@@ -88,8 +92,8 @@ def map_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> dict[str, Array]:
     """The jointly most probable values of the Concrete-family latent sites under the discrete
-    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
-    set: a subsampled plate raises a ValueError.
+    graph, given the observations (max-product: the Viterbi path of a ``markov`` chain, in time linear
+    in its length), for the whole data set: a subsampled plate raises a ValueError.
 
     :param given: optional dict from latent site name to a value, held there (see
         :func:`marginal_log_likelihood`); those sites are not in the result.
@@ -125,16 +129,18 @@ def sample_assignment(
 def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
     from numpyro.contrib.funsor import config_enumerate, infer_discrete
 
-    def decode(arrays, args, kwargs):
+    def decode(arrays, args, kwargs, by_max_product=False):
         params, given, rng_key = arrays
         conditioned = with_given(with_params(held_as_observed(model), params), given)
         check_scan(conditioned, args, kwargs, decodes=True)
-        nesting = max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given))
+        checked = _checked_discrete_trace(conditioned, args, kwargs, given)
+        nesting = max_plate_nesting(checked)
         swap = DiscreteMessenger(conditioned, mode="enumerate")
         unscaled = CommonScale(swap, given)  # p(z | x), not p(z | x)^s normalized
-        decoded = infer_discrete(
-            SummedWithPriorMasses(config_enumerate(unscaled)), first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key
-        )
+        enumerated = SummedWithPriorMasses(config_enumerate(unscaled))
+        if by_max_product:
+            return _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs)
+        decoded = infer_discrete(enumerated, first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
         with evaluating.discrete_graph("the decoding", runtime=numpyro.primitives):
             traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
@@ -144,7 +150,85 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
             if not site["is_observed"]
         }
 
+    if temperature == 0:
+        # linear in a markov chain's length, where funsor's infer_discrete is exponential; a tie
+        # between maximizers is left to infer_discrete, which picks one of them jointly
+        decoded, unique = _compiled_if_possible(functools.partial(decode, by_max_product=True), (params, given, rng_key), args, kwargs)
+        if bool(unique):
+            return decoded
     return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+
+
+def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs):
+    """(the MAP assignment, whether it is the only one): the gradient of max_z log p(x, z) -- funsor's
+    log density in the max-product semiring, which ``markov`` makes a Viterbi recursion -- with
+    respect to a zero potential e[k] added to each latent site's log density at its k-th value is
+    the indicator of the maximizer's value there. With ties JAX's ``max`` splits the gradient
+    between the maximizers, so a value below 1 at a site's best value says that another maximizer
+    exists (funsor's decoding, the caller's fallback, picks one consistently)."""
+    import funsor
+    from numpyro.contrib.funsor import enum
+    from numpyro.contrib.funsor.infer_util import _enum_log_density
+
+    latents = {site["name"]: site["fn"] for site in sample_sites(checked) if not site["is_observed"]}
+
+    def max_log_joint(potentials):
+        model = enum(_Potentials(enumerated, potentials), -1 - nesting)
+        with evaluating.discrete_graph("the decoding", runtime=numpyro.primitives):
+            value = _enum_log_density(model, args, kwargs, {}, funsor.ops.max, funsor.ops.add)[0]
+        return value.data
+
+    zeros = {name: jnp.zeros(fn.batch_shape + (_support(fn).shape[0],)) for name, fn in latents.items()}
+    indicators = jax.grad(max_log_joint)(zeros)
+    unique = jnp.all(jnp.stack([jnp.all(jnp.max(g, -1) > 0.999) for g in indicators.values()])) if indicators else True
+    decoded = {}
+    for name, fn in latents.items():
+        value = _support(fn)[jnp.argmax(indicators[name], -1)]
+        decoded[name] = swap.index_to_value.get(name, lambda v: v)(value)
+    return decoded, unique
+
+
+def _support(fn):
+    """A site's values, one per row: (K, *event_shape)."""
+    support = fn.enumerate_support(expand=False)
+    return jnp.reshape(support, (support.shape[0],) + tuple(fn.event_shape))
+
+
+class _Potentials(Messenger):
+    """Adds ``potentials[name][..., k]`` to the log density of the latent site ``name`` at its k-th
+    value (the order of ``enumerate_support``), for :func:`_map_by_max_product`'s gradient."""
+
+    def __init__(self, fn, potentials):
+        self.potentials = potentials
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"] and msg["name"] in self.potentials:
+            msg["fn"] = _WithPotential(msg["fn"], self.potentials[msg["name"]])
+
+
+class _WithPotential(dist.Distribution):
+    """``base`` with ``potential[..., k]`` added to its log density at its k-th value."""
+
+    def __init__(self, base, potential):
+        self.base, self.potential = base, potential
+        super().__init__(base.batch_shape, base.event_shape)
+
+    has_enumerate_support = True
+    support = property(lambda self: self.base.support)
+
+    def enumerate_support(self, expand=True):
+        return self.base.enumerate_support(expand)
+
+    def sample(self, key, sample_shape=()):
+        return self.base.sample(key, sample_shape)
+
+    def log_prob(self, value):
+        events = len(self.event_shape)
+        matches = jnp.expand_dims(value, -1 - events) == _support(self.base)  # (..., K, *event)
+        if events:
+            matches = jnp.all(matches, axis=tuple(range(-events, 0)))
+        return self.base.log_prob(value) + jnp.sum(jnp.where(matches, self.potential, 0.0), -1)
 
 
 def _compiled_if_possible(fn, arrays, args, kwargs):

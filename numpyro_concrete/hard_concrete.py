@@ -198,5 +198,5 @@ class HardConcrete(_BinaryConcrete):
 
     def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
-        logits = self.logits - self.temperature * self._logit_at_zero()
+        logits = self.logits - _numerics.positive(self.temperature) * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

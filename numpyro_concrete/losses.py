@@ -60,8 +60,10 @@ class ImportanceWeightedELBO(ELBO):
     :param str plate: the data plate, or None.
     """
 
+    @named_errors()
     def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=num_particles)
+        messages.check_plate_name(plate)
         self.plate = plate
 
     def _check_traces(self, model_trace, guide_trace):
@@ -189,8 +191,10 @@ class ScoreFunctionELBO(ELBO):
 
     can_infer_discrete = True
 
+    @named_errors()
     def __init__(self, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=1)
+        messages.check_plate_name(plate)
         self.plate = plate
 
     @named_errors()

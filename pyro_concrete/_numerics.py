@@ -181,14 +181,21 @@ def logit_bin_concrete_log_prob(y, logits, temperature):
     Written as log t - |s| - 2 log1p(exp(-|s|)), which is exact for every s and gives -inf (not
     inf - inf) at y = ±inf.
     """
-    s = (logits - temperature * y).abs()
+    s = _abs(logits - temperature * y)
     return _log(temperature) - s - 2 * torch.log1p(torch.exp(-s))
+
+
+def _abs(x):
+    """|x| whose derivative at 0 is 1, not torch's sgn(0) = 0: the functions of |x| here are even and
+    smooth at 0, and torch's 0 dropped their curvature there from second derivatives (a Hessian,
+    ``AutoLaplaceApproximation``'s covariance, at a binary density's centre)."""
+    return torch.where(x >= 0, x, -x)
 
 
 def bin_concrete_log_prob(y, logits, temperature):
     """BinConcrete log density (eq. 17) at x = sigmoid(y), y finite: log g(y) - log x - log(1 - x),
     where -log x - log(1 - x) = |y| + 2 log1p(exp(-|y|))."""
-    abs_y = y.abs()
+    abs_y = _abs(y)
     return logit_bin_concrete_log_prob(y, logits, temperature) + abs_y + 2 * torch.log1p(torch.exp(-abs_y))
 
 

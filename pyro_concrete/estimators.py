@@ -521,6 +521,7 @@ class RELAX(_ControlVariateLoss):
 
     def __init__(self, plate: Optional[str] = None, control_variate: Optional[nn.Module] = None, hidden: int = 32) -> None:
         super().__init__(plate=plate)
+        messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
         self.control_variate, self.hidden = control_variate, hidden
 
     def _network(self, features):

@@ -115,8 +115,8 @@ def map_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> dict[str, Tensor]:
     """The jointly most probable values of the Concrete-family latent sites under the discrete
-    graph, given the observations (``infer_discrete`` with ``temperature=0``), for the whole data
-    set: a subsampled plate raises a ValueError.
+    graph, given the observations (max-product: the Viterbi path of a ``markov`` chain, in time linear
+    in its length), for the whole data set: a subsampled plate raises a ValueError.
 
     :param given: optional dict from latent site name to a value, held there (see
         :func:`marginal_log_likelihood`); those sites are not in the result.

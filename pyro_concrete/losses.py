@@ -78,8 +78,10 @@ class ImportanceWeightedELBO(_DifferentiableLoss):
     :param str plate: the data plate, or None.
     """
 
+    @named_errors()
     def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
         super().__init__(num_particles=num_particles, vectorize_particles=True)
+        messages.check_plate_name(plate)
         self.plate = plate
         self._max_plate_nesting = None
 

@@ -302,3 +302,18 @@ def test_arg_constraints_say_what_validation_checks(backend, name):
             unconstrained = unconstrained[:, 0]
         mapped = backend.biject_to(constraint)(backend.array(unconstrained, "float32"))
         assert np.all(backend.numpy(constraint.check(mapped))), (name, parameter)
+
+
+@pytest.mark.parametrize("name", ["ImportanceWeightedELBO", "VIMCO", "ScoreFunctionELBO", "REBAR", "RELAX", "GumbelRao", "DisARM"])
+def test_the_losses_constructor_arguments_raise_naming_them(backend, name):
+    """``plate`` must be a plate's name (3 was taken, to fail later as "outside plate 3"); RELAX's
+    ``hidden`` a positive integer (0 divided by zero in NumPyro's initializer, -3 and 2.5 gave the
+    hosts' errors, and Pyro trained a network of width 0)."""
+    cls = getattr(backend.lib, name)
+    with pytest.raises(ValueError, match=rf"^{name}: plate must be None or the name of a plate \(a string\), got 3$"):
+        cls(plate=3)
+    if name == "RELAX":
+        for hidden in (0, -3, 2.5, "32", True):
+            with pytest.raises(ValueError, match=rf"^RELAX: hidden must be a positive integer, got {hidden!r}$"):
+                cls(hidden=hidden)
+        assert cls(hidden=1).hidden == 1

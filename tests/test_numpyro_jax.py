@@ -702,6 +702,8 @@ def test_a_traced_invalid_temperature_gives_nan_not_a_finite_number(temperature)
         "HardConcrete.log_prob": lambda t: nc.HardConcrete(t, logits=logits).log_prob(jnp.array([0.0, 1.0])),
         "HardConcrete.cdf": lambda t: nc.HardConcrete(t, logits=logits).cdf(jnp.array(0.5)),
         "HardConcrete.prob_nonzero": lambda t: nc.HardConcrete(t, logits=logits).prob_nonzero,
+        # the gate's discrete limit too (was Bernoulli(0.083) at -1, so marginal_log_likelihood finite)
+        "HardConcrete.discrete": lambda t: nc.HardConcrete(t, logits=logits).discrete().probs,
         "BinConcrete.cdf": lambda t: nc.BinConcrete(t, logits=logits).cdf(jnp.array(0.4)),
         "BinConcrete.icdf": lambda t: nc.BinConcrete(t, logits=logits).icdf(jnp.array(0.4)),
         "LogitBinConcrete.cdf": lambda t: nc.LogitBinConcrete(t, logits=logits).cdf(jnp.array(0.4)),

@@ -99,6 +99,9 @@ class Backend:
     def jacobian(self, fn, u):
         return np.asarray(jax.jacfwd(fn)(jnp.asarray(np.asarray(u), dtype=jnp.float64)))
 
+    def hessian(self, fn, u):
+        return np.asarray(jax.hessian(fn)(jnp.asarray(np.asarray(u), dtype=jnp.float64)))
+
     def enumerate_support(self, d, expand=True):
         """The enumerated values of a discrete limit: NumPyro's one-hot, log one-hot and +-inf limits
         refuse the host's ``enumerate_support`` (its enumeration takes values to be integers:

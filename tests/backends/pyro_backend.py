@@ -91,6 +91,10 @@ class Backend:
         u = torch.as_tensor(np.asarray(u), dtype=torch.float64)
         return torch.autograd.functional.jacobian(fn, u).numpy()
 
+    def hessian(self, fn, u):
+        u = torch.as_tensor(np.asarray(u), dtype=torch.float64)
+        return torch.autograd.functional.hessian(fn, u).numpy()
+
     def enumerate_support(self, d, expand=True):
         """The enumerated values of a discrete limit (the host's ``enumerate_support``)."""
         return d.enumerate_support(expand)
