@@ -236,6 +236,18 @@ def particle_shape(site, shape, particle_dim, num_particles):
     )
 
 
+def unplated_dimension(site, shape, dim, particle_dim):
+    """A batch dimension right of the particles' that is none of the site's plates and holds more
+    than one value: a batch shape not aligned with the plates, where the particles' values can sit."""
+    return ParticleShapeError(
+        f"site {site!r} has log_prob of shape {tuple(shape)}: dim {dim}, right of the particles' dim {particle_dim}, "
+        f"holds {shape[dim]} values but is none of the site's plates, so each particle's weight would sum values of "
+        "other particles or data points. Every batch dimension must be a plate's: a site outside a plate whose batch "
+        "shape holds that plate's values (a .to_event(1) over them written after the plate) puts the particles at "
+        "the plate's dimension; write the site inside the plate, or sum its density explicitly"
+    )
+
+
 def particles_not_broadcast(error):
     """A model or guide that fails when its particles are drawn in parallel (a reshape written for one
     draw), for a loss that draws them no other way."""
@@ -452,6 +464,27 @@ def observed_after_enumeration(site):
         f"discrete(mode='enumerate'): site {site!r} was made an enumerated index and then observed by a handler "
         "outside discrete(...): its value is not an index; condition it with the host's condition handler, "
         "or use discrete(..., mode='sample'), which scores an observed value with its discrete mass"
+    )
+
+
+def value_off_discrete_support(site):
+    """A value an outer replay or substitute gives a site of ``discrete(mode="enumerate")`` that is
+    not one of its discrete limit's values (a relaxed draw: a guide that draws the site)."""
+    return ModelError(
+        f"discrete(mode='enumerate'): site {site!r} is given a value from outside discrete(...) (the host's replay or "
+        "substitute) that is not on its discrete support: the mode sums the site out, so a guide must not draw it "
+        "(leave it out of the guide), and a value held from outside must be one of the limit's values (one-hot, "
+        "log one-hot, 0/1, +-inf), as the helpers and Predictive return them"
+    )
+
+
+def unforeseen_value(site):
+    """A floating-point value given to an enumerated index by a handler the mode could not look up."""
+    return ModelError(
+        f"discrete(mode='enumerate'): site {site!r} was made an enumerated index and then given a floating-point value "
+        "by a handler outside discrete(...) that the mode cannot look up (such as substitute(substitute_fn=...)): an "
+        "index is an integer, and the value would be scored as one; hold it with condition, substitute(data=...) or "
+        "replay, which the mode reads in the site's own sample space, or use discrete(..., mode='sample')"
     )
 
 

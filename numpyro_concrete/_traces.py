@@ -5,6 +5,7 @@ globals, checking its sites, tracing a guide and the model replayed against it (
 Errors about the model or guide are raised as ``concrete_common.messages.ModelError``, without a
 name: the public helper or loss that was called names itself (``messages.named_errors``)."""
 
+import logging
 import math
 
 import jax
@@ -239,6 +240,19 @@ def raise_if(flag, error):
 
 # the errors a callback raised inside compiled code, which reach the caller as a JaxRuntimeError
 RAISED_IN_CALLBACKS: list = []
+
+
+class _RefusalsReraised(logging.Filter):
+    """Drops JAX's log of a callback's exception where it is one of ours (:func:`raise_if`): the
+    helper raises it again to its caller, named (:func:`reraise_from_callbacks`), and JAX's
+    traceback on stderr before it ("jax.debug.callback failed") said nothing more."""
+
+    def filter(self, record):
+        error = record.exc_info[1] if record.exc_info else None
+        return not any(error is raised for raised in RAISED_IN_CALLBACKS)
+
+
+logging.getLogger("jax._src.debugging").addFilter(_RefusalsReraised())
 
 
 def reraise_from_callbacks(error):

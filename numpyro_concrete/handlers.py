@@ -127,6 +127,22 @@ def _index_distribution(base):
     return dist.BernoulliLogits(base.logits), lambda index: jnp.where(index > 0, jnp.inf, -jnp.inf).astype(dtype)
 
 
+def _is_index(fn, base, value):
+    """Whether ``value``, set from outside, is an index of the site's enumerated distribution (an
+    integer for a categorical site, 0 or 1 for a binary one: what the host's infer_discrete
+    substitutes) rather than a value of the site's own sample space (one-hot, log one-hot, +-inf; a
+    binary site's 0/1 is both, alike). ``fn``: the site's distribution, its plates' batch shape."""
+    if value is None:
+        return False
+    if isinstance(base, (*ONE_HOT, Concrete, ExpConcrete)):
+        # an integer one-hot (batch shape, then the categories) is a value, not an index
+        one_hot = jnp.ndim(value) > len(fn.batch_shape) and jnp.shape(value)[-1] == base.event_shape[-1]
+        return not jnp.issubdtype(jnp.result_type(value), jnp.floating) and not one_hot
+    if isinstance(value, jax.core.Tracer):
+        return True  # a traced value cannot be read: the host's index, as it substitutes one
+    return bool(jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)))
+
+
 class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
@@ -157,15 +173,28 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
-    def _conditioned_outside(self, msg):
-        # handlers.condition(discrete(model, mode="enumerate"), data) sets the value after the swap:
-        # the site is then scored by its limit, as in sample mode, not enumerated as an index
-        outer = _PYRO_STACK[: _PYRO_STACK.index(self)]
-        return any(
-            isinstance(h, handlers.condition)
-            and (h.condition_fn(msg) is not None if h.condition_fn is not None else msg["name"] in h.data)
-            for h in outer
-        )
+    def _held_outside(self, msg, base):
+        """(held, value): whether a handler outside this one gives the site a value in its own
+        sample space, which it takes after the swap -- handlers.condition's, or substitute's data or
+        replay's trace (posterior samples handed back to the host's log_likelihood, Predictive, ...)
+        where the value is not an index of the enumerated site (:func:`_is_index`: what the host's
+        infer_discrete substitutes) -- and the value substituted. Such a site is scored by its limit
+        at the value, as in sample mode, not enumerated. The outermost handler's value is the one
+        the site takes."""
+        name = msg["name"]
+        for handler in _PYRO_STACK[: _PYRO_STACK.index(self)]:
+            if isinstance(handler, handlers.condition):
+                if handler.condition_fn(msg) is not None if handler.condition_fn is not None else name in handler.data:
+                    return True, None
+                continue
+            if isinstance(handler, handlers.substitute) and handler.data is not None and name in handler.data:
+                value = handler.data[name]
+            elif isinstance(handler, handlers.replay) and name in handler.trace and handler.trace[name]["type"] == "sample":
+                value = handler.trace[name]["value"]
+            else:
+                continue
+            return (False, None) if _is_index(msg["fn"], base, value) else (True, value)
+        return False, None
 
     def process_message(self, msg: dict) -> None:
         if msg["type"] == "sample":  # filled again below if the site is enumerated in this run
@@ -173,7 +202,8 @@ class DiscreteMessenger(Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg)
+        held, substituted = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
+        enumerated = self.mode is Mode.ENUMERATE and not held
         if enumerated and isinstance(base, ONE_HOT):
             pass  # enumerated as an index too: NumPyro's enumeration of one-hot values fails on its shapes
         elif not isinstance(base, CONCRETE_FAMILY):
@@ -202,6 +232,8 @@ class DiscreteMessenger(Messenger):
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)
+        if substituted is not None and not isinstance(substituted, jax.core.Tracer) and not bool(jnp.all(limit.support(substituted))):
+            raise messages.value_off_discrete_support(msg["name"])
         if self.mode is Mode.ARGMAX:
             msg["value"] = jnp.broadcast_to(limit.mode, msg["fn"].shape())
             msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
@@ -212,6 +244,8 @@ class DiscreteMessenger(Messenger):
         if to_value is not None:
             if msg["is_observed"]:  # by a handler outside this one other than handlers.condition
                 raise messages.observed_after_enumeration(msg["name"])
+            if isinstance(unwrap(msg["fn"])[0], (dist.CategoricalLogits, dist.CategoricalProbs)) and jnp.issubdtype(jnp.result_type(msg["value"]), jnp.floating):
+                raise messages.unforeseen_value(msg["name"])  # not an index
             msg["value"] = to_value(msg["value"])
 
 

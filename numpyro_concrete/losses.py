@@ -179,7 +179,9 @@ class ScoreFunctionELBO(ELBO):
     with its baseline element by element of the site; ``b_s`` is the baseline the guide gives a site
     as Pyro's ``TraceGraph_ELBO`` reads it, ``infer={"baseline": {"baseline_value": b}}`` (e.g. a
     network of the data; 0 where none is given), of a shape that broadcasts to the site's batch shape,
-    fitted to elbo_n by squared error, once per distinct baseline (several sites may share one).
+    fitted to elbo_n by squared error, once per distinct baseline (several sites may share one); the
+    fit trains the parameters the other terms do not reach (a baseline computed from the guide's
+    parameters or its reparameterized draws leaves those to the ELBO's gradient).
     Reparameterized sites get pathwise gradients. Unbiased for the ELBO's gradient whatever the
     baselines, with any plate subsampled (elbo_n holds the host's scaled densities, an estimate of
     the data set's ELBO); the learning signal of a site is the whole element's ELBO (NumPyro's
@@ -207,11 +209,20 @@ class ScoreFunctionELBO(ELBO):
         *args: Any,
         **kwargs: Any,
     ) -> dict[str, Any]:
+        def parts(params):
+            return self._parts(rng_key, params, model, guide, args, kwargs)
+
+        surrogate, fit = parts(param_map)
+        return {"loss": surrogate + _fit_of_own_params(parts, param_map, fit), "mutable_state": None}
+
+    def _parts(self, rng_key, param_map, model, guide, args, kwargs):
+        """(the surrogate without the baselines' fit, -ELBO in value; the fit: their squared errors)."""
         model, guide = with_params(model, param_map), with_params(guide, param_map)
         model_trace, guide_trace = importance_traces(model, guide, rng_key, args, kwargs)
         elbo = log_weights(model_trace, guide_trace, self.plate)
         signal = jax.lax.stop_gradient(elbo)
-        extra = jnp.zeros_like(jnp.sum(elbo))  # minus the score terms, plus the baselines' squared errors
+        extra = jnp.zeros_like(jnp.sum(elbo))  # minus the score terms
+        fit = None  # the baselines' squared errors
         fitted: list[Any] = []  # the distinct baselines
         proposed = {site["name"] for site in sample_sites(guide_trace)}
         for site in score_function_sites(model_trace, guide_trace):
@@ -225,8 +236,55 @@ class ScoreFunctionELBO(ELBO):
             extra = extra - jnp.sum((target - jax.lax.stop_gradient(baseline)) * log_q)
             if not any(baseline is b for b in fitted):
                 fitted.append(baseline)
-                extra = extra + jnp.sum((target - baseline) ** 2)
-        return {"loss": -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), "mutable_state": None}
+                fit = jnp.sum((target - baseline) ** 2) + (0.0 if fit is None else fit)
+        return -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), fit
+
+
+def _fit_of_own_params(parts, param_map, fit):
+    """A term of value 0 whose gradient is the baselines' squared error's, for the parameters the
+    ELBO's surrogate does not depend on: a baseline computed from the guide's parameters or its
+    reparameterized draws (a head on a shared trunk, c * y of a guide's y) would otherwise pass the
+    fit's gradient to them, a gradient of another objective added to the ELBO's (d/d loc -3.78 for
+    -0.10). The baseline's own parameters are trained by the fit; those it shares, by the ELBO alone.
+    Which parameters each part depends on is read off the parts' jaxpr (an equation's outputs
+    depend on all its inputs: a parameter is taken as shared wherever it might be)."""
+    if fit is None or not param_map:
+        return 0.0
+    leaves, treedef = jax.tree_util.tree_flatten(param_map)
+    jaxpr = jax.make_jaxpr(lambda *xs: parts(jax.tree_util.tree_unflatten(treedef, xs)))(*leaves).jaxpr
+    surrogate_deps, fit_deps = _input_dependencies(jaxpr)
+    own = sorted(fit_deps - surrogate_deps)
+    if not own:
+        return 0.0
+    grads = jax.tree_util.tree_leaves(jax.grad(lambda params: parts(params)[1])(param_map))
+    term = sum(jnp.sum(leaves[i] * jax.lax.stop_gradient(grads[i])) for i in own)
+    return term - jax.lax.stop_gradient(term)
+
+
+def _input_dependencies(jaxpr, inputs=None):
+    """For each output of ``jaxpr``, the positions of the inputs it depends on differentiably
+    (``inputs``: each input's own such set; by default its position). ``stop_gradient`` cuts a
+    dependence; a call's body (``pjit``, ``custom_jvp_call``, ...) is followed; any other equation's
+    outputs depend on all its inputs."""
+    deps = dict(zip(jaxpr.invars, inputs if inputs is not None else ({i} for i in range(len(jaxpr.invars)))))
+
+    def of(var):
+        return set() if type(var).__name__ == "Literal" else deps.get(var, set())
+
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "stop_gradient":
+            outputs = [set() for _ in eqn.outvars]
+        else:
+            body = next((eqn.params[k] for k in ("jaxpr", "call_jaxpr") if k in eqn.params), None)
+            body = getattr(body, "jaxpr", body)  # a ClosedJaxpr's
+            if body is not None and hasattr(body, "eqns") and len(body.invars) == len(eqn.invars) and len(body.outvars) == len(eqn.outvars):
+                outputs = _input_dependencies(body, [of(var) for var in eqn.invars])
+            else:
+                union = set().union(*(of(var) for var in eqn.invars))
+                outputs = [union for _ in eqn.outvars]
+        for var, dependencies in zip(eqn.outvars, outputs):
+            deps[var] = dependencies
+    return [of(var) for var in jaxpr.outvars]
 
 
 def _check_baseline_shape(site, shape, batch_shape):

@@ -485,6 +485,13 @@ def per_particle(log_prob, site, particle_dim, plate):
         fits = log_prob.dim() <= -particle_dim and int(log_prob.shape[particle_dim]) in (1, int(count))
     if not fits:
         raise messages.particle_shape(site["name"], tuple(log_prob.shape), particle_dim, count)
+    # right of the particles, only the site's plates may hold several values: a .to_event(1) site
+    # outside the plate whose values it holds has the particles there, which the sum below would mix
+    plated = {f.dim for f in site["cond_indep_stack"] if f.vectorized and f.dim is not None}
+    with ignore_jit_warnings():
+        unplated = [d for d in range(particle_dim + 1, 0) if d not in plated and int(log_prob.shape[d]) != 1]
+    if unplated:
+        raise messages.unplated_dimension(site["name"], tuple(log_prob.shape), unplated[0], particle_dim)
     keep = {log_prob.dim() + particle_dim}
     if plate is not None:
         keep.add(log_prob.dim() + plate_frame(site, plate).dim)

@@ -480,14 +480,23 @@ def _named_loss_and_grads(loss, model, guide, args, kwargs):
     if tunables:
         square = sum((g * g).sum() for g in estimate)
         for p, g in zip(tunables, torch.autograd.grad(square, tunables, retain_graph=True, allow_unused=True)):
-            p.grad = None if g is None else g.detach()
+            _accumulate(p, g)
     model_leaves = [p for name, p in leaves.items() if name not in guide_names and not name.startswith(prefix)]
     if model_leaves:
         for p, g in zip(model_leaves, torch.autograd.grad(f_b.sum(), model_leaves, allow_unused=True)):
-            p.grad = None if g is None else -g.detach()
+            _accumulate(p, None if g is None else -g)
     for p, g in zip(guide_leaves, estimate):
-        p.grad = -g.detach()
+        _accumulate(p, -g)
     return -f_b.sum().item()
+
+
+def _accumulate(leaf, grad):
+    """Adds ``grad`` to the leaf's ``.grad``, as ``backward`` does (a gradient already there -- another
+    loss's in the same step, an earlier micro-batch's -- is kept, not overwritten)."""
+    if grad is None:
+        return
+    grad = grad.detach()
+    leaf.grad = grad.clone() if leaf.grad is None else leaf.grad + grad
 
 
 class REBAR(_ControlVariateLoss):

@@ -23,12 +23,14 @@ from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDi
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.enum_messenger import EnumMessenger
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.replay_messenger import ReplayMessenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_messenger import TraceMessenger
 
 from concrete_common import messages
 from concrete_common.kinds import Mode, check_mode
 
+from ._carry import _traced
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
 from .limits import Bernoulli
@@ -112,6 +114,22 @@ def _index_distribution(base):
     )
 
 
+def _is_index(fn, base, value):
+    """Whether ``value``, set from outside, is an index of the site's enumerated distribution (an
+    integer for a categorical site, 0 or 1 for a binary one: what the host's infer_discrete replays)
+    rather than a value of the site's own sample space (one-hot, log one-hot, +-inf; a binary
+    site's 0/1 is both, alike)."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    if isinstance(base, (ONE_HOT, Concrete, ExpConcrete)):
+        # an integer one-hot (batch shape, then the categories) is a value, not an index
+        one_hot = value.dim() > len(fn.batch_shape) and value.shape[-1] == base.event_shape[-1]
+        return not value.is_floating_point() and not one_hot
+    if _traced() or torch._C._is_tracing():
+        return True  # a traced value cannot be read: the host's index, as it replays one
+    return bool(((value == 0) | (value == 1)).all())
+
+
 class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
@@ -140,18 +158,28 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
-    def _conditioned_outside(self, name):
-        # poutine.condition(discrete(model, mode="enumerate"), data) sets the value after the swap:
-        # the site is then scored by its limit, as in sample mode, not enumerated as an index
-        outer = _PYRO_STACK[: _PYRO_STACK.index(self)]
-        return any(isinstance(h, ConditionMessenger) and name in h.data for h in outer)
+    def _held_outside(self, name, fn, base):
+        """(held, value): whether a handler outside this one gives the site a value in its own
+        sample space, which it takes after the swap -- poutine.condition's data, or replay's trace
+        (posterior samples handed back to the host's Importance, Predictive, ...) where the value is
+        not an index of the enumerated site (:func:`_is_index`: what the host's infer_discrete
+        replays) -- and the replayed value. Such a site is scored by its limit at the value, as in
+        sample mode, not enumerated. The outermost handler's value is the one the site takes."""
+        for handler in _PYRO_STACK[: _PYRO_STACK.index(self)]:
+            if isinstance(handler, ConditionMessenger) and name in handler.data:
+                return True, None
+            if isinstance(handler, ReplayMessenger) and handler.trace is not None and name in handler.trace:
+                value = handler.trace.nodes[name]["value"]
+                return (False, None) if _is_index(fn, base, value) else (True, value)
+        return False, None
 
     def _pyro_sample(self, msg):
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        enumerated = self.mode is Mode.ENUMERATE and not self._conditioned_outside(msg["name"])
+        held, replayed = self._held_outside(msg["name"], msg["fn"], base) if self.mode is Mode.ENUMERATE else (False, None)
+        enumerated = self.mode is Mode.ENUMERATE and not held
         if enumerated and isinstance(base, ONE_HOT):
             pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
         elif not isinstance(base, CONCRETE_FAMILY):
@@ -175,6 +203,8 @@ class DiscreteMessenger(Messenger):
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)
+        if replayed is not None and not (_traced() or torch._C._is_tracing()) and not bool(limit.support.check(replayed).all()):
+            raise messages.value_off_discrete_support(msg["name"])
         if self.mode is Mode.ARGMAX:
             msg["value"] = limit.mode.expand(msg["fn"].shape())
             msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
@@ -185,6 +215,8 @@ class DiscreteMessenger(Messenger):
         if to_value is not None:
             if msg["is_observed"]:  # by a handler outside this one other than poutine.condition
                 raise messages.observed_after_enumeration(msg["name"])
+            if isinstance(unwrap(msg["fn"])[0], dist.Categorical) and msg["value"].is_floating_point():  # not an index
+                raise messages.unforeseen_value(msg["name"])
             msg["value"] = to_value(msg["value"])
 
 

@@ -743,3 +743,39 @@ def test_eager_potential_energy_near_the_boundary_is_that_of_one_point(u):
         traced = float(jax.jit(lambda p: potential_energy(model, (), {}, p))(params))
     np.testing.assert_allclose(eager, exact(u_rounded), rtol=2e-5)
     np.testing.assert_allclose(traced, exact(u), rtol=2e-5)
+
+
+def test_a_refusal_from_compiled_code_logs_no_traceback():
+    """An eager helper refusing an observed relaxed site raises its named ValueError from a
+    callback; JAX logged the callback's traceback to stderr first ("jax.debug.callback failed"),
+    which said nothing more. Our refusals are not logged; other callbacks' failures still are."""
+    import logging
+
+    import numpyro.distributions as dist
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    def model(x):
+        with numpyro.plate("data", 3):
+            numpyro.sample("z", nc.Concrete(0.5, logits=jnp.zeros(3)), obs=jnp.eye(3))
+            numpyro.sample("x", dist.Normal(0.0, 1.0), obs=x)
+
+    logger, handler = logging.getLogger("jax._src.debugging"), Keep()
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(ValueError, match="^marginal_log_likelihood: site 'z' \\(Concrete\\) is observed at a point"):
+            nc.marginal_log_likelihood(model, jnp.zeros(3))
+        assert not records, [r.getMessage() for r in records]
+
+        def fails(_):
+            raise RuntimeError("not ours")
+
+        with pytest.raises(Exception):
+            jax.block_until_ready(jax.jit(lambda x: jax.debug.callback(fails, x) or x)(1.0))
+        assert [r.getMessage() for r in records] == ["jax.debug.callback failed"]
+    finally:
+        logger.removeHandler(handler)

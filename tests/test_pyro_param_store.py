@@ -79,3 +79,41 @@ def test_a_relax_network_of_other_shapes_in_the_store_is_refused():
         with pytest.raises(ValueError, match=r"RELAX: the param store holds 'RELAX.network\$\$\$0.weight' of shape \(32, 3\)"):
             loss.loss_and_grads(model, guide, x)
     pyro.clear_param_store()
+
+
+@pytest.mark.parametrize("name", ["REBAR", "RELAX", "DisARM", "GumbelRao", "ScoreFunctionELBO"])
+def test_loss_and_grads_adds_to_the_gradients_already_there(name):
+    """Two losses in one step (labelled data by Trace_ELBO, the rest by the estimator), or
+    micro-batches: ``loss_and_grads`` adds to ``.grad``, as ``backward`` does. REBAR and RELAX set it,
+    dropping what was there (a gradient of 100 became the estimator's 1.9)."""
+    pyro.clear_param_store()
+    model, guide, x = _binary_problem() if name == "DisARM" else _problem(3)  # DisARM: binary sites
+    loss = getattr(pc, name)()
+    _gradients(loss, model, guide, x, seed=2)  # creates the estimator's own parameters, sets up the loss
+    once = _gradients(loss, model, guide, x, seed=3)
+    store = pyro.get_param_store()
+    for key in store.keys():
+        store.get_param(key).unconstrained().grad = torch.full_like(store.get_param(key).unconstrained(), 100.0)
+    pyro.set_rng_seed(3)
+    loss.loss_and_grads(model, guide, x)
+    for key, grad in once.items():
+        torch.testing.assert_close(store.get_param(key).unconstrained().grad, grad + 100.0, rtol=1e-9, atol=1e-9)
+
+
+
+def _binary_problem():
+    """A binary latent per data point: DisARM's sites."""
+    x = (torch.rand(16, 5, generator=torch.Generator().manual_seed(0)) < 0.4).double()
+
+    def model(x):
+        decoder = pyro.param("binary_decoder", torch.zeros(5, dtype=torch.float64))
+        with pyro.plate("data", len(x)):
+            z = pyro.sample("z", pc.BinConcrete(0.5, logits=torch.zeros((), dtype=torch.float64)))
+            pyro.sample("x", dist.Bernoulli(logits=z[:, None] * decoder).to_event(1), obs=x)
+
+    def guide(x):
+        encoder = pyro.param("binary_encoder", torch.zeros(5, dtype=torch.float64))
+        with pyro.plate("data", len(x)):
+            pyro.sample("z", pc.BinConcrete(2 / 3, logits=x @ encoder))
+
+    return model, guide, x

@@ -536,6 +536,45 @@ def test_a_common_scale_weighs_the_discrete_log_likelihood(backend, plate):
             backend.discrete_log_likelihood(_scaled_mixture(backend, z_scale, x_scale, N), _scaled_guide(backend, guide_scale), x, num_particles=m, plate=plate)
 
 
+@pytest.mark.parametrize("name", ["Concrete", "LogitBinConcrete"])
+def test_a_value_set_from_outside_the_enumerate_mode_is_read_in_the_sites_own_space(backend, name):
+    """Posterior samples handed back to the host's own tools with the model in the enumerate mode
+    (NumPyro's log_likelihood and Predictive substitute them, Pyro's Importance replays them): the
+    value, one-hot (or +-inf), as the helpers and Predictive return it, was read as an index --
+    the one-hot scored as three indices, and the model given a (K, K) one-hot of it: log-likelihoods of
+    shape (3, 3) for (3,), Importance's log normalizer -10.9 for -1.56. It is now scored by the
+    site's limit at that value, as condition is; a relaxed value (a guide that draws the site)
+    raises, naming the site."""
+    logits = np.array([0.3, -0.5, 0.8]) if name == "Concrete" else np.array([0.4, -1.2, 2.0])
+    locs = np.array([-1.0, 0.5, 2.0])
+    data = np.array([0.3, 2.5, -0.4])
+
+    def model(x):
+        with backend.plate("data", 3):
+            if name == "Concrete":
+                z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(logits)))
+                mean = (z * backend.array(locs)).sum(-1)
+            else:
+                z = backend.site("z", backend.lib.LogitBinConcrete(0.5, logits=backend.array(logits)))
+                mean = 2.0 * (z > 0)
+            backend.site("x", backend.normal(mean, 1.0), obs=x)
+
+    if name == "Concrete":
+        index = np.array([2, 0, 1])
+        value, log_prior = np.eye(3)[index], np.log(softmax(logits))[index]
+        mean = locs[index]
+    else:
+        index = np.array([1, 0, 1])
+        value, log_prior = np.where(index, np.inf, -np.inf), np.where(index, log_expit(logits), log_expit(-logits))
+        mean = 2.0 * index
+    run = backend.run(backend.hold(backend.lib.discrete(model, mode="enumerate"), {"z": value}), backend.array(data))
+    np.testing.assert_allclose(run.sites["x"].log_prob, stats.norm.logpdf(data, mean, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(run.sites["z"].log_prob, log_prior, rtol=1e-12)
+    relaxed = np.full((3, 3), 1 / 3) if name == "Concrete" else np.array([0.3, -1.0, 2.0])
+    with pytest.raises(ValueError, match="site 'z' is given a value from outside discrete.* not on its discrete support"):
+        backend.run(backend.hold(backend.lib.discrete(model, mode="enumerate"), {"z": relaxed}), backend.array(data))
+
+
 def test_relax_then_discrete_gives_back_the_log_joint(backend):
     model, x = written_discrete(backend), backend.array(DATA)
     original = backend.run(model, x, seed=5)
@@ -1049,6 +1088,43 @@ def test_discrete_log_likelihood_with_particles_on_a_model_whose_global_gains_a_
         assert abs(actual - expected) < 1e-6, (m, actual, expected)
         fell_back = [w for w in caught if "one at a time" in str(w.message)]
         assert len(fell_back) == (0 if backend.particles_by_vmap or m == 1 else 1)
+
+
+def test_an_event_site_after_the_plate_holding_its_values_is_exact_or_refused(backend):
+    """z in plate("data"), then x ~ Normal(z @ locs, 1).to_event(1) after the plate: valid in both
+    hosts (their ELBOs are right on it). With several particles Pyro aligned the site's batch (m,) to
+    the data plate's dimension and the particle plate expanded it to (m, m): every weight summed every
+    particle's likelihood (discrete_log_likelihood -249 for an exact -28.6). Pyro now draws the
+    particles one at a time there (discrete_log_likelihood, ImportanceWeightedELBO, with a warning) or
+    refuses, naming the dimension (VIMCO); NumPyro maps over the particles. Guide: the exact
+    posterior, so that every bound is log p(x) exactly."""
+    means, logits = MEANS[True], LOGITS[True]
+    log_joint = np.log(softmax(logits))[None, :] + stats.norm.logpdf(DATA[:, None], means, 1.0)
+
+    def model(x):
+        with backend.plate("data", N):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(logits)))
+        backend.site("x", backend.normal((z * backend.array(means)).sum(-1), 1.0).to_event(1), obs=x)
+
+    def guide(x):
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(log_joint)))
+
+    expected = logsumexp(log_joint, axis=1).sum()
+    for m in (1, 4):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            actual = float(backend.discrete_log_likelihood(model, guide, backend.array(DATA), num_particles=m))
+        assert abs(actual - expected) < 1e-6, (m, actual, expected)
+    discrete_model, discrete_guide = backend.lib.discrete(model), backend.lib.discrete(guide)
+    try:
+        losses, _ = backend.loss_samples(discrete_model, discrete_guide, backend.array(DATA), loss=backend.lib.VIMCO(4), seeds=[1, 2])
+    except ValueError as error:
+        assert not backend.particles_by_vmap, error
+        assert "site 'x' has log_prob of shape (4, 4): dim -1, right of the particles' dim -2" in str(error), error
+    else:
+        assert backend.particles_by_vmap
+        np.testing.assert_allclose(-np.asarray(losses), expected, rtol=1e-9)
 
 
 def test_a_batch_dimension_outside_the_plates_is_summed_or_refused(backend):
