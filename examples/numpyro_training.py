@@ -97,7 +97,7 @@ def fit(svi, train_step, state, train, args, evaluate=None, batch_size=None, min
     run = compiled_steps(train_step, parallel)
     if parallel:
         train = parallel.replicate(train)
-    batches = data.Batches(len(train[0]), args.batch_size, args.seed) if minibatches else None
+    batches = training.batches_or_fail(lambda: data.Batches(len(train[0]), args.batch_size, args.seed)) if minibatches else None
     divisor = batch_size or args.batch_size
 
     eval_every = getattr(args, "eval_every", None)

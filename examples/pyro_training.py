@@ -223,7 +223,9 @@ def batches(train, args):
     """``data.Batches`` of the rows of ``train`` (a tensor on its device) for ``args.batch_size`` and
     ``args.seed``: each epoch's permutation is made and moved to the device once, so a step's batch,
     ``train[batches(step)]``, is chosen there (no permutation, no transfer at each step)."""
-    return data.Batches(len(train), args.batch_size, args.seed, place=lambda order: torch.as_tensor(order, device=train.device))
+    return training.batches_or_fail(
+        lambda: data.Batches(len(train), args.batch_size, args.seed, place=lambda order: torch.as_tensor(order, device=train.device))
+    )
 
 
 def torch_device(name):
@@ -280,7 +282,10 @@ def fit(step, module, make_batch, args, evaluate=None, batch_size=None, parallel
     def save():
         if path is not None and leader:
             buffer = io.BytesIO()
-            saved = dict(module=module.state_dict(), optim=step.state_dict(), history=vars(history), args=vars(args))
+            # the loss's own parameters too (REBAR's eta and temperature scale, RELAX's network): they
+            # live in Pyro's param store, not in the module, and a resumed run restarted them
+            params = {name: value.detach().cpu() for name, value in step.params.items()}
+            saved = dict(module=module.state_dict(), optim=step.state_dict(), params=params, history=vars(history), args=vars(args))
             torch.save(saved, buffer)
             training.atomic_write(path, buffer.getvalue())
 
@@ -292,6 +297,10 @@ def fit(step, module, make_batch, args, evaluate=None, batch_size=None, parallel
     step.init(*(batch if parallel is None else (parallel.shard(batch[0]),) + tuple(batch[1:])))
     if saved is not None:
         try:
+            with torch.no_grad():
+                for name, value in saved.get("params", {}).items():  # checkpoints before them hold none
+                    if name in step.params:
+                        step.params[name].copy_(value)
             step.load_state_dict(saved["optim"])
         except (RuntimeError, KeyError, TypeError, ValueError) as error:
             training.checkpoint_does_not_fit(path, error)

@@ -106,7 +106,8 @@ def common_arguments(parser, *, steps, batch_size, lr):
     parser.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints (needs --out)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in --out, with the options it was saved with but for "
-                             + ", ".join(sorted(f"--{name.replace('_', '-')}" for name in RESUME_MAY_CHANGE - {"resume"})))
+                             "those of " + ", ".join(sorted(f"--{name.replace('_', '-')}" for name in RESUME_MAY_CHANGE - {"resume"}))
+                             + " this script takes")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -175,6 +176,15 @@ def fail(message):
     """Exit with a one-line error instead of a traceback."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def batches_or_fail(make):
+    """``make()`` (a ``data.Batches``), or one line and exit status 2 where ``--batch-size`` exceeds
+    the training examples (known only once the data are loaded)."""
+    try:
+        return make()
+    except ValueError as error:
+        fail(f"--batch-size: {error}")
 
 
 def one_line(error, limit=160):
