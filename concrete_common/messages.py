@@ -294,6 +294,19 @@ def baseline_value(site, infer):
     return baseline["baseline_value"]
 
 
+def network_width(loss, width, features, plate):
+    """The default control variate, built for ``width`` features, given another number (with
+    ``plate=None`` the features are every coordinate of the subsample: a smaller last batch)."""
+    where = (
+        "with plate=None its features are every relaxed coordinate of the batch, so batches of another size "
+        "(a smaller last one) give another number: pass plate=<the data plate> for features per element, or "
+        "keep every batch the same size"
+        if plate is None
+        else "the relaxed sites' coordinates per element changed between steps"
+    )
+    return ModelError(f"its default control variate was built for {width} features and is given {features}: {where}")
+
+
 def check_no_baseline(site, infer, loss):
     """A baseline given (as Pyro's TraceGraph_ELBO reads it) to a loss that has its own: refused
     rather than ignored (an nn_baseline never trained, with no word)."""

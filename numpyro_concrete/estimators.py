@@ -537,6 +537,8 @@ class RELAX(_ControlVariateLoss):
         prefix = f"{type(self).__name__}.network"
         inputs, glorot = features.shape[-1], jax.nn.initializers.glorot_uniform()
         w0 = numpyro.param(f"{prefix}.w0", lambda key: glorot(key, (inputs, self.hidden), features.dtype))
+        if jnp.shape(w0)[0] != inputs:  # built for the first step's features
+            raise messages.network_width(type(self).__name__, jnp.shape(w0)[0], inputs, self.plate)
         b0 = numpyro.param(f"{prefix}.b0", jnp.zeros(self.hidden, features.dtype))
         w1 = numpyro.param(f"{prefix}.w1", jnp.zeros((self.hidden, 1), features.dtype))
         b1 = numpyro.param(f"{prefix}.b1", jnp.zeros(1, features.dtype))

@@ -532,6 +532,7 @@ class RELAX(_ControlVariateLoss):
         super().__init__(plate=plate)
         messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
         self.control_variate, self.hidden = control_variate, hidden
+        self._width = None  # the default network's number of features, once built
 
     def _network(self, features):
         if self.control_variate is None:
@@ -539,6 +540,9 @@ class RELAX(_ControlVariateLoss):
             nn.init.zeros_(layers[-1].weight)
             nn.init.zeros_(layers[-1].bias)
             self.control_variate = nn.Sequential(*layers).to(device=features.device, dtype=features.dtype)
+            self._width = features.shape[-1]
+        if getattr(self, "_width", None) is not None and features.shape[-1] != self._width:
+            raise messages.network_width(type(self).__name__, self._width, features.shape[-1], self.plate)
         name = f"{type(self).__name__}.network"
         store = pyro.get_param_store()
         for key, value in self.control_variate.named_parameters():

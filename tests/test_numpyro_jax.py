@@ -779,3 +779,33 @@ def test_a_refusal_from_compiled_code_logs_no_traceback():
         assert [r.getMessage() for r in records] == ["jax.debug.callback failed"]
     finally:
         logger.removeHandler(handler)
+
+
+def test_relax_default_network_refuses_a_batch_of_another_width():
+    """RELAX(plate=None): the default network's features are every relaxed coordinate of the batch,
+    so a smaller last batch gives fewer; it failed in JAX's dot_general, naming nothing of ours."""
+    import numpyro.distributions as dist
+    from numpyro.infer import SVI
+
+    x = jnp.array([-1.0, 2.0, 0.5, 1.2, 0.3])
+
+    def subsampled(idx):
+        with numpyro.handlers.substitute(data={"data": idx}):
+            return numpyro.plate("data", 5, subsample_size=len(idx))
+
+    def model(idx):
+        with subsampled(idx):
+            z = numpyro.sample("z", nc.BinConcrete(0.5, logits=0.3))
+            numpyro.sample("x", dist.Normal(2.0 * z, 1.0), obs=x[idx])
+
+    def guide(idx):
+        phi = numpyro.param("phi", jnp.zeros(5))
+        with subsampled(idx):
+            numpyro.sample("z", nc.BinConcrete(2 / 3, logits=phi[idx]))
+
+    loss = nc.RELAX()
+    svi = SVI(model, loss.guide(guide), numpyro.optim.Adam(0.01), loss)
+    state = svi.init(KEY, jnp.array([0, 1]))
+    state, _ = svi.update(state, jnp.array([2, 3]))
+    with pytest.raises(ValueError, match=r"^RELAX: its default control variate was built for 2 features and is given 1: with plate=None"):
+        svi.update(state, jnp.array([4]))

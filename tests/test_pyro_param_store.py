@@ -117,3 +117,26 @@ def _binary_problem():
             pyro.sample("z", pc.BinConcrete(2 / 3, logits=x @ encoder))
 
     return model, guide, x
+
+
+def test_relax_default_network_refuses_a_batch_of_another_width():
+    """RELAX(plate=None): the default network's features are every relaxed coordinate of the batch,
+    so a smaller last batch gives fewer; it failed in torch's matmul, naming nothing of ours."""
+    pyro.clear_param_store()
+    x = torch.tensor([-1.0, 2.0, 0.5, 1.2, 0.3], dtype=torch.float64)
+
+    def model(idx):
+        with pyro.plate("data", 5, subsample=idx):
+            z = pyro.sample("z", pc.BinConcrete(0.5, logits=torch.tensor(0.3, dtype=torch.float64)))
+            pyro.sample("x", dist.Normal(2.0 * z, 1.0), obs=x[idx])
+
+    def guide(idx):
+        phi = pyro.param("phi", torch.zeros(5, dtype=torch.float64))
+        with pyro.plate("data", 5, subsample=idx):
+            pyro.sample("z", pc.BinConcrete(2 / 3, logits=phi[idx]))
+
+    loss = pc.RELAX()
+    svi = pyro.infer.SVI(model, loss.guide(guide), pyro.optim.Adam({"lr": 0.01}), loss)
+    svi.step(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"^RELAX: its default control variate was built for 2 features and is given 1: with plate=None"):
+        svi.step(torch.tensor([4]))
