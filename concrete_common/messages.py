@@ -307,16 +307,6 @@ def network_width(loss, width, features, plate):
     return ModelError(f"its default control variate was built for {width} features and is given {features}: {where}")
 
 
-def check_no_baseline(site, infer, loss):
-    """A baseline given (as Pyro's TraceGraph_ELBO reads it) to a loss that has its own: refused
-    rather than ignored (an nn_baseline never trained, with no word)."""
-    if (infer or {}).get("baseline"):
-        raise ModelError(
-            f"site {site!r}: infer['baseline'] is not used by {loss}, whose baseline is the leave-one-out average of the "
-            "other particles' weights; remove it, or use ScoreFunctionELBO for a learned baseline"
-        )
-
-
 def baseline_shape(site, shape, batch_shape):
     """A baseline must broadcast to the batch shape of its site's log density (one value per element
     of the site, as Pyro's ``TraceGraph_ELBO`` reads it)."""

@@ -141,8 +141,6 @@ class VIMCO(ImportanceWeightedELBO):
         def particle(particle_key):
             model_trace, guide_trace = importance_traces(model, guide, particle_key, args, kwargs)
             scales.append(plate_subsampling((model_trace, guide_trace), self.plate, m))
-            for site in score_function_sites(model_trace, guide_trace):
-                messages.check_no_baseline(site["name"], site["infer"], type(self).__name__)
             log_w = log_weights(model_trace, guide_trace, self.plate)
             log_q = sum(  # the score-function part, of the draws themselves: unscaled
                 (per_element(score_log_prob(site), site, self.plate) for site in score_function_sites(model_trace, guide_trace)),

@@ -163,8 +163,6 @@ class VIMCO(ImportanceWeightedELBO):
             # one draw runs (else its error, the model's own, is raised): the particles' dimension is at fault
             raise messages.particles_not_broadcast(error) from error
         scale = plate_subsampling((model_trace, guide_trace), self.plate, m)
-        for site in score_function_sites(model_trace, guide_trace):
-            messages.check_no_baseline(site["name"], site["infer"], type(self).__name__)
         log_w = log_weights(model_trace, guide_trace, particle_dim, self.plate)
         if scale != 1.0:
             log_w = log_w / scale  # each element's own log weights (see plate_subsampling)

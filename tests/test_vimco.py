@@ -244,17 +244,3 @@ def test_vimco_passes_on_the_models_own_error(backend):
     with pytest.raises(ValueError, match="^the model's own error"):
         backend.loss_samples(model, guide, backend.array(DATA), loss=backend.lib.VIMCO(M), seeds=[1])
 
-
-@pytest.mark.parametrize("baseline", [{"baseline_value": 0.5}, {"nn_baseline": "net", "nn_baseline_input": 0.0}])
-def test_vimco_refuses_a_baseline_it_would_not_use(backend, baseline):
-    """VIMCO's baseline is its leave-one-out average: a baseline written for TraceGraph_ELBO (a value,
-    a network) was ignored without a word -- a network never registered nor trained."""
-    model, _ = _problem(backend)
-
-    def guide(x):
-        phi = backend.param("phi", PHI)
-        with backend.plate("data", 2):
-            backend.site("z", backend.lib.limits.Bernoulli(logits=phi), infer={"baseline": baseline})
-
-    with pytest.raises(ValueError, match=r"^VIMCO: site 'z': infer\['baseline'\] is not used by VIMCO"):
-        backend.loss_samples(model, guide, backend.array(DATA), loss=backend.lib.VIMCO(M, plate="data"), seeds=[1])
