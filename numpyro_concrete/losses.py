@@ -215,7 +215,9 @@ class ScoreFunctionELBO(ELBO):
         surrogate, fit = parts(param_map)
         return {"loss": surrogate + _fit_of_own_params(parts, param_map, fit), "mutable_state": None}
 
-    def _parts(self, rng_key, param_map, model, guide, args, kwargs):
+    def _parts(
+        self, rng_key: Array, param_map: dict[str, Any], model: Callable[..., Any], guide: Callable[..., Any], args: tuple, kwargs: dict
+    ) -> tuple[Any, Any]:
         """(the surrogate without the baselines' fit, -ELBO in value; the fit: their squared errors)."""
         model, guide = with_params(model, param_map), with_params(guide, param_map)
         model_trace, guide_trace = importance_traces(model, guide, rng_key, args, kwargs)
