@@ -23,3 +23,12 @@ def bound_scale(subsampled, plate, num_particles, beside=()):
                 raise messages.subsampled_beside(plate, others[0])
             raise messages.subsampled_inside(plate, others[0])
     return subsampled.get(plate, 1.0)
+
+
+def plates_beside(sites, plate):
+    """The plates of ``sites`` (the traces' sample sites) that never share a site with ``plate``
+    (none without one)."""
+    if plate is None:
+        return set()
+    stacks = [{frame.name for frame in site["cond_indep_stack"]} for site in sites]
+    return set().union(*stacks) - set().union(*(stack for stack in stacks if plate in stack))

@@ -506,15 +506,7 @@ def subsampled_plates(traces):
 def plate_subsampling(traces, plate, num_particles):
     """The factor by which the host has scaled the log densities of ``plate``'s elements, checked
     for a bound of ``num_particles`` (``concrete_common.subsampling.bound_scale``)."""
-    return subsampling.bound_scale(subsampled_plates(traces), plate, num_particles, beside=plates_beside(traces, plate))
-
-
-def plates_beside(traces, plate):
-    """The plates of the traces' sites that never share a site with ``plate`` (none without one)."""
-    if plate is None:
-        return set()
-    stacks = [{frame.name for frame in site["cond_indep_stack"]} for trace in traces for site in sample_sites(trace)]
-    return set().union(*stacks) - set().union(*(stack for stack in stacks if plate in stack))
+    return subsampling.bound_scale(subsampled_plates(traces), plate, num_particles, beside=subsampling.plates_beside([site for trace in traces for site in sample_sites(trace)], plate))
 
 
 def per_element_at_site(values, site, plate):

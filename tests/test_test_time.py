@@ -1169,7 +1169,7 @@ HMM_LOCS = np.array([-2.0, 0.0, 2.0])
 HMM_DATA = 2 * HMM_RNG.normal(size=6)
 
 
-def hmm(backend):
+def hmm(backend, steps=len(HMM_DATA)):
     """A hidden Markov model over 3 relaxed states, written as users write it in both hosts: a
     Python loop under ``markov`` (Pyro's ``pyro.markov``, NumPyro's ``contrib.funsor.markov``)."""
     init, trans, locs = (backend.array(a) for a in (HMM_INIT, HMM_TRANS, HMM_LOCS))
@@ -1177,7 +1177,7 @@ def hmm(backend):
     def model(y):
         x = backend.site("x_0", backend.lib.Concrete(0.5, probs=init))
         backend.site("y_0", backend.normal(x @ locs, 1.0), obs=y[0])
-        for t in backend.markov(range(1, len(HMM_DATA))):
+        for t in backend.markov(range(1, steps)):
             x = backend.site(f"x_{t}", backend.lib.Concrete(0.5, probs=x @ trans))
             backend.site(f"y_{t}", backend.normal(x @ locs, 1.0), obs=y[t])
 
@@ -1225,16 +1225,7 @@ def test_map_of_a_long_chain_is_the_viterbi_path(backend):
     log_init, log_trans = np.log(HMM_INIT), np.log(HMM_TRANS)
     log_emit = stats.norm.logpdf(data[:, None], HMM_LOCS[None], 1.0)
     expected, _ = _viterbi(log_init, log_trans, log_emit)
-    init, trans, locs = (backend.array(a) for a in (HMM_INIT, HMM_TRANS, HMM_LOCS))
-
-    def model(y):
-        x = backend.site("x_0", backend.lib.Concrete(0.5, probs=init))
-        backend.site("y_0", backend.normal(x @ locs, 1.0), obs=y[0])
-        for t in backend.markov(range(1, len(data))):
-            x = backend.site(f"x_{t}", backend.lib.Concrete(0.5, probs=x @ trans))
-            backend.site(f"y_{t}", backend.normal(x @ locs, 1.0), obs=y[t])
-
-    assignment = backend.lib.map_assignment(model, backend.array(data))
+    assignment = backend.lib.map_assignment(hmm(backend, steps=len(data)), backend.array(data))
     decoded = [int(backend.numpy(assignment[f"x_{t}"]).argmax()) for t in range(len(data))]
     assert decoded == expected
     np.testing.assert_array_equal(backend.numpy(assignment["x_7"]), np.eye(3)[expected[7]])
