@@ -9,6 +9,7 @@ import contextlib
 from . import messages
 
 _HELPERS: list = []  # the helpers running a discrete graph, innermost last
+_DISCRETE_RUNS: list = []  # discrete(...) handlers (of every site) running a model, innermost last
 
 
 @contextlib.contextmanager
@@ -63,4 +64,35 @@ def check_no_relaxed_draw(cls_name):
             "was evaluated: a Concrete-family site the helper could not see (hidden by block / poutine.block, or a direct .sample() or "
             ".rsample() call), so the value would be one random draw, not the exact one; let every Concrete-family "
             "site reach the helper (no block around it), or hold it at a value with given="
+        )
+
+
+def enter_discrete_run(handler, every_site):
+    """``discrete(model)``'s ``handler`` starts running the model; ``every_site``: no ``sites=`` was
+    named (the sites not named stay relaxed by design)."""
+    _DISCRETE_RUNS.append((handler, every_site))
+
+
+def exit_discrete_run(handler):
+    """... and ends (an exception may have skipped the exits of handlers inside it: they go too)."""
+    for i, (running, _) in enumerate(_DISCRETE_RUNS):
+        if running is handler:
+            del _DISCRETE_RUNS[i:]
+            return
+
+
+def check_no_relaxed_score(cls_name):
+    """Called by the family's ``log_prob``: raises while ``discrete(model)`` (of every site) runs the
+    model. The sites' own densities are computed after the run (by the host's trace); one computed
+    during it is a reparametrizer's that scores the relaxed site itself (NeuTraReparam,
+    StructuredReparam: the site becomes a deterministic function of another latent, with this density
+    as a factor), or a factor of the user's, and the discrete graph would hold a relaxed density."""
+    if _DISCRETE_RUNS and _DISCRETE_RUNS[-1][1]:
+        raise messages.ModelError(
+            f"{cls_name}.log_prob was evaluated while discrete(...) ran the model: a relaxed density inside the discrete "
+            "graph, so every value computed from it would be the relaxed model's, not the discrete one's. A "
+            "reparametrizer that scores the site itself (NeuTraReparam, StructuredReparam) turns the Concrete-family "
+            "site into a deterministic function of another latent: evaluate the model without it (its reparametrized "
+            "latents are the guide's business), or leave the site out of the reparametrizer's config; a factor of a "
+            "relaxed density has no discrete counterpart"
         )

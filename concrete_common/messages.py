@@ -65,6 +65,7 @@ def bound_message(largest, coldest, magnitude, ratio, dtype):
             f"|logits| must stay below {magnitude:g} in {dtype}, found {largest:g}: beyond, rounding in "
             "logits + noise loses the sampler's noise and samples and densities would be wrong; to mask a "
             "category give it a logit a few hundred below the others (or use float64)"
+            + ("; logits from a network under autocast are half precision: pass logits.float()" if dtype in ("bfloat16", "float16") else "")
         )
     return (
         f"|logits| / temperature must stay below {ratio:.3g} in {dtype} (a sample's log coordinates are "
@@ -433,6 +434,16 @@ def effective_temperature(estimator, site, scale, coldest, largest, dtype, least
     )
 
 
+def effective_temperature_in_transform(estimator, site, dtype, least, ratio):
+    """:func:`effective_temperature` inside a torch.func transform (``vmap``), where the values cannot
+    be read."""
+    return ValueError(
+        f"{estimator}: site {site!r} relaxes at its temperature times exp({estimator}.log_temperature_scale), which "
+        f"must be finite and >= {least:.3g} in {dtype}, with |logits| / temperature <= {ratio:.3g} (inside a torch.func "
+        f"transform: the values are not shown); set {estimator}.log_temperature_scale nearer 0"
+    )
+
+
 def control_variate_shape(estimator, shape, rows):
     """RELAX's network r returned other than one value per row of its features: broadcast against
     the per-element ELBO, it counted each element's terms once per row, a wrong value and gradient."""
@@ -467,6 +478,19 @@ def hard_shape_mismatch(owner, shape, batch_and_event):
     return ValueError(
         f"{owner}: hard of shape {tuple(shape)} does not broadcast with the distribution's batch and "
         f"event shape {tuple(batch_and_event)}"
+    )
+
+
+def transformed_site(mode, site, family):
+    """A latent site whose distribution is a host ``TransformedDistribution`` of a Concrete-family
+    distribution, still there after the model ran (no reparametrizer split it): the handler has no
+    zero-temperature limit for it, and left as it was the site draws a relaxed sample inside the
+    discrete graph (a helper's bound above the discrete graph's own, a relaxed "argmax")."""
+    return ValueError(
+        f"discrete(mode={mode!r}): site {site!r} is a TransformedDistribution of {family}, whose zero-temperature "
+        "limit this handler cannot form, so it would stay relaxed in the discrete graph; sample the "
+        f"{family} site itself and apply the transform in the model's code (a deterministic site), or split the "
+        "site with the host's TransformReparam (poutine.reparam / numpyro.handlers.reparam)"
     )
 
 

@@ -15,6 +15,7 @@ two parameters: |logits| / temperature within ``concrete_common.floats.logits_bo
 import math
 import numbers
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import Distribution
@@ -48,6 +49,25 @@ def _readable(x):
     """``x`` as a NumPy array if its values can be read now (a Python number, a NumPy array, a
     concrete JAX array), else None (a tracer inside ``jit``/``grad``/``vmap``)."""
     return np.asarray(x) if not_jax_tracer(x) else None
+
+
+def _checked_real(cls_name, name, x):
+    """``x`` if it is a real number or a real array (a list or tuple of real numbers becomes one);
+    else a ValueError naming it (None, a string or a complex number failed in JAX's conversion,
+    unnamed)."""
+    if isinstance(x, numbers.Real):
+        return x
+    if isinstance(x, jax.Array):
+        if jnp.issubdtype(x.dtype, jnp.complexfloating):
+            fail(cls_name, f"{name} must be a real number or a floating-point array, got one of dtype {x.dtype}")
+        return x
+    try:
+        array = np.asarray(x)
+    except (TypeError, ValueError):
+        array = np.asarray(None)
+    if array.dtype.kind not in "biuf":
+        fail(cls_name, f"{name} must be a real number or a floating-point array, got {x!r}")
+    return x if isinstance(x, np.ndarray) else jnp.asarray(array)
 
 
 def _check_not_bool(cls_name, name, x):
@@ -139,6 +159,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """
     if (logits is None) == (probs is None):
         fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    temperature = _checked_real(cls_name, "temperature", temperature)
     _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
     given = (temperature, logits, probs)

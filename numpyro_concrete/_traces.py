@@ -27,6 +27,34 @@ from .hard_concrete import HardConcrete
 from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
 
 
+def _varying_axes(x):
+    """The manual mesh axes (``shard_map``) over which ``x`` varies: ``vma`` in newer JAX, the
+    manual axis type's ``varying`` in older."""
+    aval = jax.typeof(x)
+    axes = getattr(aval, "vma", None)
+    if axes is None:
+        axes = getattr(getattr(aval, "mat", None), "varying", None)
+    return frozenset(axes or ())
+
+
+def varying_like(params, *inputs):
+    """``params`` cast to vary over every manual mesh axis an array of ``inputs`` varies over. Inside
+    ``shard_map`` the derivative with respect to a replicated parameter is summed over the shards:
+    an inner ``grad`` / ``vjp`` of one shard's objective with respect to the parameters (a baseline's
+    fit, REBAR's estimate of the guide's gradient) would give the sum of the shards', D times one
+    shard's (D^2 once squared), where the user's ``pmean`` of the loss expects each shard's. Outside
+    ``shard_map`` the parameters are returned as they are."""
+    axes = frozenset().union(*(_varying_axes(x) for x in jax.tree_util.tree_leaves(inputs) if isinstance(x, jax.Array)))
+    if not axes:
+        return params
+
+    def cast(x):
+        missing = tuple(sorted(axes - _varying_axes(x)))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree_util.tree_map(cast, params)
+
+
 def with_params(fn, params):
     return fn if params is None else handlers.substitute(fn, data=params)
 
@@ -227,7 +255,18 @@ def check_observed_densities(trace):
         if site["is_observed"] and isinstance(base, CONCRETE_FAMILY):
             error = messages.observed_at_boundary(site["name"], type(base).__name__)
             on_boundary = jnp.any(weighed(site, lambda value, base=base: boundary_points(base, value).astype(jnp.result_type(float))) > 0)
-            jax.debug.callback(lambda flag, error=error: raise_if(bool(np.any(flag)), error), on_boundary)
+            callback_if(on_boundary, lambda flag, error=error: raise_if(bool(np.any(flag)), error), on_boundary)
+
+
+def callback_if(flag, fn, *args):
+    """``jax.debug.callback(fn, *args)``, made only where ``flag`` (a traced boolean) is true: the
+    host call is most of a small model's compiled step, and a check's usual answer needs none.
+    ``fn`` decides again from its arguments (under ``vmap`` both branches of the ``cond`` run)."""
+    if not isinstance(flag, jax.core.Tracer):  # eagerly: the call itself, its error the caller's
+        if bool(jnp.any(flag)):
+            fn(*args)
+        return
+    jax.lax.cond(jnp.any(flag), lambda args: jax.debug.callback(fn, *args), lambda args: None, args)
 
 
 def raise_if(flag, error):

@@ -16,6 +16,7 @@ from numpyro.distributions import Distribution
 from numpyro.distributions.util import lazy_property
 from numpyro.util import not_jax_tracer
 
+from concrete_common import evaluating
 from concrete_common.kinds import Kind
 from concrete_common import messages
 from concrete_common.messages import boundary_value_message
@@ -231,6 +232,7 @@ class Concrete(_NaryConcrete):
         return hard > 0.5  # one-hot
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
@@ -286,6 +288,7 @@ class ExpConcrete(_NaryConcrete):
         return hard == 0  # the log of a one-hot vector
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         self._check_value_shape(value)
         if self._carried(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
@@ -356,6 +359,7 @@ class BinConcrete(_BinaryConcrete):
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact logit
@@ -413,6 +417,7 @@ class LogitBinConcrete(_BinaryConcrete):
         return hard > 0  # -inf or +inf
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         self._check_value_shape(value)
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
         if self._carried(value, (Kind.REAL,)) is not None:  # an own sample

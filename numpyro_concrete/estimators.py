@@ -54,12 +54,14 @@ from ._traces import (
     log_weights,
     model_only_latents,
     per_element,
+    callback_if,
     raise_if,
     replayed_model_trace,
     sample_sites,
     score_log_prob,
     subsampled_plates,
     trace,
+    varying_like,
     with_params,
 )
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
@@ -315,7 +317,8 @@ class _DiscreteGraphLoss(ELBO):
             f"{type(self).__name__}: a relaxed site's distribution depends on the value of another relaxed site "
             f"({', '.join(map(repr, sites))}): {type(self).__name__} needs one stochastic layer in the guide (sites side by side)"
         )
-        jax.debug.callback(lambda flag: raise_if(bool(flag), error), jnp.any(jnp.stack(changed)))
+        flag = jnp.any(jnp.stack(changed))
+        callback_if(flag, lambda flag: raise_if(bool(flag), error), flag)
 
     def _elbo(self, model_trace, guide_trace):
         """The ELBO per element of ``plate`` (a scalar without one)."""
@@ -382,7 +385,8 @@ class _DiscreteGraphLoss(ELBO):
             # the same step again, under grad: its temperatures were checked by the surrogate's run
             return self._components(key, with_params(model, params), with_params(guide, params), args, kwargs, tunables, check=False)[0]
 
-        (f_b, log_q, c_z, c_zt), vjp = jax.vjp(components, theta)
+        # each shard's estimate (shard_map: _traces.varying_like), not the sum of the shards'
+        (f_b, log_q, c_z, c_zt), vjp = jax.vjp(components, varying_like(theta, (key, args, kwargs)))
         ones = jnp.ones_like(f_b)
         (estimate,) = vjp((ones, f_b - c_zt, ones, -ones))
         return sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(estimate))
@@ -454,8 +458,8 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
         f_b = self._elbo(model_trace, guide_trace)
         log_q = self._site_sum(guide_trace, sites)
         _, scale = self._tunables(tunables)
-        for name, site in sites.items() if check else ():
-            _check_effective_temperature(type(self).__name__, name, site.base, scale)
+        if check:
+            _check_effective_temperatures(type(self).__name__, sites, scale)
         relaxed = {name: site.value(site.y, scale) for name, site in sites.items()}
         conditional = {name: site.value(site.conditional(), scale) for name, site in sites.items()}
         worlds = [
@@ -471,31 +475,46 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
         return f_b + jax.lax.stop_gradient(f_b - c_zt) * log_q + c_z - c_zt, f_b, guide_names
 
 
-def _check_effective_temperature(estimator, name, base, scale):
-    """REBAR and RELAX relax ``base`` at its temperature times ``scale``: the distributions' own bounds
-    must hold there too (``_checks._check_logits``), or the relaxed samples overflow and the step's
-    gradients are NaN (a scale of e^-44 at temperature 1/2 in float32). Inside ``jit`` the decision
-    is made on the device, in the parameters' dtype, and a callback raises; it receives logarithms
-    (a callback's arguments take the host thread's x64 mode, which may not be the caller's)."""
-    if not jnp.size(base.logits):
-        return
-    info = jnp.finfo(base.logits.dtype)
-    _, ratio = logits_bounds(float(info.eps), float(info.max))
-    least = coldest_temperature(float(info.tiny), float(info.max))
+def _check_effective_temperatures(estimator, sites, scale):
+    """REBAR and RELAX relax each site's ``base`` at its temperature times ``scale``: the
+    distributions' own bounds must hold there too (``_checks._check_logits``), or the relaxed samples
+    overflow and the step's gradients are NaN (a scale of e^-44 at temperature 1/2 in float32).
+    Inside ``jit`` the decisions are made on the device, in the parameters' dtype, and one callback
+    for every site raises the first refusal (a callback per site was most of a small model's step);
+    it receives logarithms (a callback's arguments take the host thread's x64 mode, which may not be
+    the caller's)."""
     stop = jax.lax.stop_gradient
-    coldest, largest = jnp.min(stop(base.temperature * scale)), jnp.max(jnp.abs(stop(base.logits)))
+    log_scale = jnp.log(stop(jnp.asarray(scale)))
+    traced = []  # (refused, log coldest, log largest, the error's maker)
+    for name, site in sites.items():
+        base = site.base
+        if not jnp.size(base.logits):
+            continue
+        info = jnp.finfo(base.logits.dtype)
+        _, ratio = logits_bounds(float(info.eps), float(info.max))
+        least = coldest_temperature(float(info.tiny), float(info.max))
+        coldest, largest = jnp.min(stop(base.temperature * scale)), jnp.max(jnp.abs(stop(base.logits)))
 
-    def error(log_scale, log_coldest, log_largest):
-        scale, coldest, largest = (math.inf if float(x) > 709 else math.exp(float(x)) for x in (log_scale, log_coldest, log_largest))
-        return messages.effective_temperature(estimator, name, scale, coldest, largest, str(info.dtype), least, ratio)
+        def error(log_scale, log_coldest, log_largest, name=name, dtype=str(info.dtype), least=least, ratio=ratio):
+            scale, coldest, largest = (math.inf if float(x) > 709 else math.exp(float(x)) for x in (log_scale, log_coldest, log_largest))
+            return messages.effective_temperature(estimator, name, scale, coldest, largest, dtype, least, ratio)
 
-    logs = (jnp.log(stop(jnp.asarray(scale))), jnp.log(coldest), jnp.log(largest))
-    if not_jax_tracer(coldest) and not_jax_tracer(largest):
-        if messages.effective_temperature_refused(float(coldest), float(largest), least, ratio):
-            raise error(*logs)
-    else:
-        refused = ~(jnp.isfinite(coldest) & (coldest >= least) & (largest <= ratio * coldest))
-        jax.debug.callback(lambda refused, *logs: raise_if(bool(refused), error(*logs) if refused else None), refused, *logs)
+        if not_jax_tracer(coldest) and not_jax_tracer(largest) and not_jax_tracer(log_scale):
+            if messages.effective_temperature_refused(float(coldest), float(largest), least, ratio):
+                raise error(log_scale, jnp.log(coldest), jnp.log(largest))
+        else:
+            refused = ~(jnp.isfinite(coldest) & (coldest >= least) & (largest <= ratio * coldest))
+            traced.append((refused, jnp.log(coldest), jnp.log(largest), error))
+    if traced:
+        makers = [maker for *_, maker in traced]
+
+        def check(log_scale, *flat):
+            for k, maker in enumerate(makers):
+                refused, log_coldest, log_largest = flat[3 * k : 3 * k + 3]
+                if bool(refused):
+                    raise_if(True, maker(log_scale, log_coldest, log_largest))
+
+        callback_if(jnp.stack([refused for refused, *_ in traced]), check, log_scale, *[x for *values, _ in traced for x in values])
 
 
 class REBAR(_ControlVariateLoss):

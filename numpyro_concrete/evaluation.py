@@ -4,6 +4,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+import contextlib
 import functools
 from typing import Any, Callable, Optional
 
@@ -41,7 +42,7 @@ from ._traces import (
     with_given,
     with_params,
 )
-from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
+from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, gather_last, unwrap
 
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
@@ -70,9 +71,25 @@ def marginal_log_likelihood(
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
     enumerated = SummedWithPriorMasses(config_enumerate(unscaled))  # the model's own discrete sites too
-    with evaluating.discrete_graph("marginal_log_likelihood", runtime=numpyro.primitives):
+    with evaluating.discrete_graph("marginal_log_likelihood", runtime=numpyro.primitives), _summed_past_underflow():
         log_joint = log_density(enum(enumerated, -1 - nesting), args, kwargs, {})[0]
     return log_joint if unscaled.scale is None else unscaled.scale * log_joint
+
+
+@contextlib.contextmanager
+def _summed_past_underflow():
+    """funsor's log-space contraction on JAX summed with ``_log_einsum`` (funsor's own, ``numpy_log``,
+    underflows to -inf where the factors favour values of a summed site more than about 87 nats apart
+    in float32, 708 in float64); funsor reads the backend's name at each contraction."""
+    import funsor.cnf
+
+    backends = funsor.cnf.BACKEND_TO_LOGSUMEXP_BACKEND
+    previous = backends["jax"]
+    backends["jax"] = "numpyro_concrete._log_einsum"
+    try:
+        yield
+    finally:
+        backends["jax"] = previous
 
 
 def _checked_discrete_trace(model, args, kwargs, given):
@@ -154,8 +171,12 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         # linear in a markov chain's length, where funsor's infer_discrete is exponential; a tie
         # between maximizers is left to infer_discrete, which picks one of them jointly
         decoded, unique = _compiled_if_possible(functools.partial(decode, by_max_product=True), (params, given, rng_key), args, kwargs)
-        if bool(unique):
-            return decoded
+        if not isinstance(unique, jax.core.Tracer):
+            if bool(unique):
+                return decoded
+        else:  # inside the user's jit / vmap: both decodings, the tie's where it is one
+            fallback = _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+            return {name: jnp.where(unique, value, fallback[name]).astype(jnp.result_type(value)) for name, value in decoded.items()}
     return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
 
 
@@ -224,6 +245,10 @@ class _WithPotential(dist.Distribution):
         return self.base.sample(key, sample_shape)
 
     def log_prob(self, value):
+        if not self.event_shape and isinstance(unwrap(self.base)[0], (dist.CategoricalLogits, dist.CategoricalProbs)):
+            # a value is its own position in the support (arange(K)): gathered, not compared with
+            # every value, whose broadcast (..., batch, K) is K times the enumerated log density
+            return self.base.log_prob(value) + gather_last(self.potential, value)
         events = len(self.event_shape)
         matches = jnp.expand_dims(value, -1 - events) == _support(self.base)  # (..., K, *event)
         if events:

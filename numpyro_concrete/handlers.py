@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.scipy.special import logsumexp
 from numpyro import handlers
+from numpyro.distributions.util import validate_sample
 from numpyro.primitives import _PYRO_STACK, Messenger
 
-from concrete_common import messages
+from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
@@ -65,6 +67,16 @@ def rewrap(fn, wrappers):
     return fn
 
 
+def _transformed_family(fn):
+    """The class name of the Concrete-family distribution under a host TransformedDistribution
+    ``fn`` (through wrappers and nested transforms), or None."""
+    while isinstance(fn, dist.TransformedDistribution):
+        fn = unwrap(fn.base_dist)[0]
+        if isinstance(fn, CONCRETE_FAMILY):
+            return type(fn).__name__
+    return None
+
+
 def _selected(msg, sites):
     return msg["type"] == "sample" and not msg["is_observed"] and (sites is None or msg["name"] in sites)
 
@@ -102,6 +114,37 @@ def _scan_body_handler_types():
 # ----------------------------------------------------------------------------- discrete
 
 
+def gather_last(table, index):
+    """``table[..., index]``: the entries of ``table``'s last axis at ``index``, broadcast against
+    ``table``'s other axes (shape: ``broadcast(index.shape, table.shape[:-1])``) by one gather,
+    without broadcasting ``table`` to that shape first. An enumerated index of shape (K, 1, ..., 1)
+    scored against a table of batch shape (N,) and K columns is then (K, N), not (K, N, K) -- what
+    the host's ``Categorical.log_prob`` materialises when its parameters carry the plates' shape
+    (a Concrete-family site expands its parameters, not an ``ExpandedDistribution``)."""
+    index = jnp.asarray(index)
+    ndim = max(index.ndim, jnp.ndim(table) - 1)
+    table = jnp.reshape(table, (1,) * (ndim + 1 - jnp.ndim(table)) + jnp.shape(table))
+    index = jnp.reshape(index, (1,) * (ndim - index.ndim) + index.shape)
+    return jnp.take_along_axis(table, index[..., None], axis=-1)[..., 0]
+
+
+class _IndexCategoricalLogits(dist.CategoricalLogits):
+    """The host's ``CategoricalLogits``, its ``log_prob`` by :func:`gather_last` (memory of the
+    enumerated values times the batch, not times the categories too)."""
+
+    @validate_sample
+    def log_prob(self, value):
+        return gather_last(self.logits - logsumexp(self.logits, axis=-1, keepdims=True), value)
+
+
+class _IndexCategoricalProbs(dist.CategoricalProbs):
+    """The host's ``CategoricalProbs``, its ``log_prob`` by :func:`gather_last`."""
+
+    @validate_sample
+    def log_prob(self, value):
+        return gather_last(self.logits, value)
+
+
 def _index_distribution(base):
     """An integer-valued distribution to enumerate in place of ``base``'s zero-temperature limit,
     and the map from its values to the limit's values (the relaxed sample space).
@@ -112,7 +155,7 @@ def _index_distribution(base):
     dtype = base.logits.dtype
     if isinstance(base, ONE_HOT):  # a one-hot site of the model's own: NumPyro enumerates it as an index
         # by the parameter it was given: probs with a 0 are logits of -inf, which CategoricalLogits refuses
-        index = dist.CategoricalProbs(base.probs) if "probs" in vars(base) else dist.CategoricalLogits(base.logits)
+        index = _IndexCategoricalProbs(base.probs) if "probs" in vars(base) else _IndexCategoricalLogits(base.logits)
         return index, lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
@@ -121,7 +164,7 @@ def _index_distribution(base):
             return jax.nn.one_hot(index, num_categories, dtype=dtype)
 
         to_value = one_hot if isinstance(base, Concrete) else (lambda index: jnp.log(one_hot(index)))
-        return dist.CategoricalLogits(base.logits), to_value
+        return _IndexCategoricalLogits(base.logits), to_value
     if isinstance(base, (BinConcrete, HardConcrete)):
         return dist.BernoulliLogits(base.discrete().logits), lambda index: jnp.asarray(index, dtype)
     return dist.BernoulliLogits(base.logits), lambda index: jnp.where(index > 0, jnp.inf, -jnp.inf).astype(dtype)
@@ -160,6 +203,15 @@ class DiscreteMessenger(Messenger):
         self.sites = _site_set(sites, "discrete")
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__(fn)
+
+    def __enter__(self):
+        entered = super().__enter__()
+        evaluating.enter_discrete_run(self, self.sites is None)  # see evaluating.check_no_relaxed_score
+        return entered
+
+    def __exit__(self, *exc_info):
+        evaluating.exit_discrete_run(self)
+        return super().__exit__(*exc_info)
 
     def _check_handler_order(self, name):
         # Handlers inside this one process the site before the swap and post-process it after the
@@ -239,6 +291,9 @@ class DiscreteMessenger(Messenger):
             msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
 
     def postprocess_message(self, msg: dict) -> None:
+        # a transformed Concrete-family site no reparametrizer split (one outside this handler sees it after)
+        if _selected(msg, self.sites) and (family := _transformed_family(unwrap(msg["fn"])[0])) is not None:
+            raise messages.transformed_site(self.mode.value, msg["name"], family)
         # runs after the outer trace has copied the (index distribution, index) pair
         to_value = self.index_to_value.get(msg["name"]) if msg["type"] == "sample" else None
         if to_value is not None:

@@ -12,6 +12,7 @@ from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 from numpyro.util import not_jax_tracer
 
+from concrete_common import evaluating
 from concrete_common import stretch
 
 from . import _numerics
@@ -163,6 +164,7 @@ class HardConcrete(_BinaryConcrete):
         return -jax.nn.softplus(_numerics.positive(self.temperature) * self._logit_at_one() - self.logits)
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         value = jnp.asarray(value)
         self._check_value_shape(value)
         inside = jnp.clip(value, 0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs

@@ -29,6 +29,7 @@ from ._traces import (
     score_function_sites,
     score_log_prob,
     shifted_log_weights,
+    varying_like,
     weighed,
     with_params,
 )
@@ -213,7 +214,7 @@ class ScoreFunctionELBO(ELBO):
             return self._parts(rng_key, params, model, guide, args, kwargs)
 
         surrogate, fit = parts(param_map)
-        return {"loss": surrogate + _fit_of_own_params(parts, param_map, fit), "mutable_state": None}
+        return {"loss": surrogate + _fit_of_own_params(parts, param_map, fit, (rng_key, args, kwargs)), "mutable_state": None}
 
     def _parts(
         self, rng_key: Array, param_map: dict[str, Any], model: Callable[..., Any], guide: Callable[..., Any], args: tuple, kwargs: dict
@@ -242,7 +243,7 @@ class ScoreFunctionELBO(ELBO):
         return -jnp.sum(elbo) + extra - jax.lax.stop_gradient(extra), fit
 
 
-def _fit_of_own_params(parts, param_map, fit):
+def _fit_of_own_params(parts, param_map, fit, inputs=()):
     """A term of value 0 whose gradient is the baselines' squared error's, for the parameters the
     ELBO's surrogate does not depend on: a baseline computed from the guide's parameters or its
     reparameterized draws (a head on a shared trunk, c * y of a guide's y) would otherwise pass the
@@ -258,7 +259,8 @@ def _fit_of_own_params(parts, param_map, fit):
     own = sorted(fit_deps - surrogate_deps)
     if not own:
         return 0.0
-    grads = jax.tree_util.tree_leaves(jax.grad(lambda params: parts(params)[1])(param_map))
+    # each shard's fit (shard_map: _traces.varying_like), as the ELBO's gradient is each shard's
+    grads = jax.tree_util.tree_leaves(jax.grad(lambda params: parts(params)[1])(varying_like(param_map, inputs)))
     term = sum(jnp.sum(leaves[i] * jax.lax.stop_gradient(grads[i])) for i in own)
     return term - jax.lax.stop_gradient(term)
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
 
+from concrete_common import evaluating
 from concrete_common.kinds import Kind
 
 from . import _numerics
@@ -68,6 +69,7 @@ class ConcreteStraightThrough(Concrete):
         return carry.attach(_straight_through(hard, jnp.exp(y)), y, self._kind), [y]
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         y = _relaxed_coordinates(self, value, self._kind, intermediates)
         return _numerics.concrete_log_prob(y, self.logits, self.temperature)
 
@@ -95,6 +97,7 @@ class BinConcreteStraightThrough(BinConcrete):
         return carry.attach(_straight_through(hard, jax.nn.sigmoid(y)), y, self._kind), [y]
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         y = _relaxed_coordinates(self, value, self._kind, intermediates)
         return _numerics.bin_concrete_log_prob(y, self.logits, self.temperature)
 

@@ -105,15 +105,15 @@ class Carry:
         entry = _Entry()
         entry.storage = weakref.ref(storage, lambda ref, key=key: _drop(entries, key, ref))
         entry.data_ptr, entry.nbytes = storage.data_ptr(), storage.nbytes()
-        entry.sample, entry.version = weakref.ref(value), value._version
+        entry.sample, entry.version = weakref.ref(value), _version(value)
         entry.coordinates = coordinates
-        entry.coordinates_version = None if coordinates is None else coordinates._version
+        entry.coordinates_version = None if coordinates is None else _version(coordinates)
         entry.kind = kind
         entry.owns_storage = (
             value.is_contiguous() and value.storage_offset() == 0 and entry.nbytes == value.numel() * value.element_size()
         )
         sample = value.detach()
-        if not entry.owns_storage or value.numel() == 0:  # rare (views); compared in full
+        if not entry.owns_storage or value.numel() == 0 or entry.version is None:  # rare (views, inference tensors); compared in full
             entry.sentinels = None
         else:  # rows spread evenly from the first to (about) the last: a strided view, no index tensor
             entry.sentinels = _sentinel_geometry(value, kind, self.SENTINEL_ROWS if kind.n_ary else self.SENTINEL_ELEMENTS)
@@ -186,10 +186,10 @@ class Carry:
             sample is None
             or storage.data_ptr() != entry.data_ptr
             or storage.nbytes() != entry.nbytes
-            or sample._version != entry.version
+            or _version(sample) != entry.version
             or sample.untyped_storage() is not storage
             or value.dtype != sample.dtype
-            or (entry.coordinates is not None and entry.coordinates._version != entry.coordinates_version)
+            or (entry.coordinates is not None and _version(entry.coordinates) != entry.coordinates_version)
         ):
             return None
         # an ExpConcrete / LogitBinConcrete sample is its own coordinates
@@ -326,6 +326,12 @@ def _sentinel_geometry(sample, kind, count):
     step = max(1, (rows - 1) // (count - 1))
     taken = min(count, -(-rows // step))
     return ((taken, width), (step * width, 1)) if kind.n_ary else ((taken,), (step,))
+
+
+def _version(tensor):
+    """``tensor``'s version counter, or None for an inference tensor (made under
+    ``torch.inference_mode``), which has none: such a sample's memory is compared in full instead."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def _written(entry, sample):

@@ -66,6 +66,20 @@ def _explain(cls_name, name, x, constraint, low_open=None):
     fail(cls_name, f"{name} must satisfy {constraint}")
 
 
+def _checked_real(cls_name, name, x):
+    """``x`` if it is a real number, a real tensor or array-like of real numbers; else a ValueError
+    naming it (None, a string or a complex number failed in torch's conversion, unnamed)."""
+    if isinstance(x, numbers.Real) or (isinstance(x, torch.Tensor) and not x.is_complex()):
+        return x
+    try:
+        kind = np.asarray(x).dtype.kind
+    except (TypeError, ValueError):
+        kind = "O"
+    if kind not in "biuf":
+        fail(cls_name, f"{name} must be a real number or a floating-point tensor, got {x!r}")
+    return x
+
+
 def _check_not_bool(cls_name, name, x):
     if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
         fail(cls_name, f"{name} must be a number or a floating-point tensor, got the boolean {x!r}")
@@ -149,6 +163,7 @@ def promote_params(cls_name, temperature, logits, probs, event_dim, validate):
     """
     if (logits is None) == (probs is None):
         fail(cls_name, f"pass exactly one of `logits` or `probs`, got {'neither' if logits is None else 'both'}")
+    temperature = _checked_real(cls_name, "temperature", temperature)
     _check_not_bool(cls_name, "temperature", temperature)
     categorical = event_dim == 1
     if probs is not None:

@@ -222,6 +222,15 @@ def softplus(x):
     return F.softplus(x, threshold=40.0 if x.dtype == torch.float64 else 20.0)
 
 
+def positive(temperature):
+    """The temperature, NaN where it is not positive: a temperature that validation did not read
+    (off: a learned one gone negative) makes what the cdf, icdf and Hard Concrete's point masses
+    compute from it NaN, as the densities' log(temperature) does, not finite numbers of no
+    distribution (P(Z = 0) + P(Z = 1) = 1.82 at temperature -1)."""
+    if isinstance(temperature, torch.Tensor):
+        return torch.where(temperature > 0, temperature, torch.full_like(temperature, math.nan))
+    return temperature if temperature > 0 else math.nan
+
 def log(x):
     """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
     cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""

@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.distributions.utils import lazy_property
 from torch.types import _size
 
+from concrete_common import evaluating
 from concrete_common.kinds import Kind
 from concrete_common import messages
 from concrete_common.messages import boundary_value_message
@@ -192,6 +193,7 @@ class Concrete(_NaryConcrete):
         return hard > 0.5  # one-hot
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self._kernel_temperature)
@@ -246,6 +248,7 @@ class ExpConcrete(_NaryConcrete):
         return hard == 0  # the log of a one-hot vector
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         # an own sample is its own coordinates (NaN without validation if its memory changed): the
         # lookup spares it validation and the boundary's masks (three passes over it)
         own = carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,), self._validate_args)
@@ -318,6 +321,7 @@ class BinConcrete(_BinaryConcrete):
         return _numerics.logit(value) if y is None else y
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact logit
             log_prob = _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
@@ -330,10 +334,10 @@ class BinConcrete(_BinaryConcrete):
 
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
-        return torch.sigmoid(self._kernel_temperature * self._logit_of(value) - self.logits)
+        return torch.sigmoid(_numerics.positive(self._kernel_temperature) * self._logit_of(value) - self.logits)
 
     def icdf(self, value: Tensor) -> Tensor:
-        y = (self.logits + _numerics.logit(value)) / self._kernel_temperature
+        y = (self.logits + _numerics.logit(value)) / _numerics.positive(self._kernel_temperature)
         return show(y, Kind.LOGIT)
 
     def discrete(self) -> Bernoulli:
@@ -375,6 +379,7 @@ class LogitBinConcrete(_BinaryConcrete):
         return hard > 0  # -inf or +inf
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         # an own sample is its own coordinates: the lookup only spares it validation
         if self._validate_args and carry.scoring_coordinates(value, (Kind.REAL,)) is None:
             self._validate(value)
@@ -382,10 +387,10 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
-        return torch.sigmoid(self._kernel_temperature * value - self.logits)
+        return torch.sigmoid(_numerics.positive(self._kernel_temperature) * value - self.logits)
 
     def icdf(self, value: Tensor) -> Tensor:
-        return (self.logits + _numerics.logit(value)) / self._kernel_temperature
+        return (self.logits + _numerics.logit(value)) / _numerics.positive(self._kernel_temperature)
 
     def discrete(self) -> LogitBernoulli:
         """The zero-temperature limit on the same sample space: ±inf, the logit of a Bernoulli."""

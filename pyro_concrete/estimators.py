@@ -46,6 +46,7 @@ from concrete_common import messages
 from concrete_common.floats import coldest_temperature, logits_bounds
 from concrete_common.messages import named_errors
 
+from ._checks import _in_transform
 from ._numerics import log_softmax
 from ._traces import (
     held_as_observed,
@@ -404,13 +405,27 @@ class _ControlVariateLoss(_DiscreteGraphLoss):
     ``loss_and_grads``, on the sum of squares of the estimate of the guide parameters' gradient
     (a single-sample estimate of its variance, up to a constant)."""
 
+    _frozen = False  # differentiable_loss: the tunables get no gradient
+
+    def differentiable_loss(self, model: Callable[..., Any], guide: Callable[..., Any], *args: Any, **kwargs: Any) -> Tensor:
+        """-ELBO of the discrete graph in value; its gradient is the estimator's, for the guide's and
+        the model's parameters. The tunable parameters (``eta``, ``log_temperature_scale``, RELAX's
+        network) get none here: the estimator is unbiased for any value of them, so the gradient of
+        this loss with respect to them is zero-mean noise, which an optimizer would follow as a random
+        walk. ``loss_and_grads`` (``SVI.step``) trains them on the variance objective."""
+        self._frozen = True
+        try:
+            return super().differentiable_loss(model, guide, *args, **kwargs)
+        finally:
+            self._frozen = False
+
     def _tunables(self, like):
         """``eta`` and ``exp(log_temperature_scale)``, made at first use with the dtype and device of
         ``like`` (the model's ELBO): a float64 or CUDA model gets float64 or CUDA tunables."""
         prefix = type(self).__name__
         eta = pyro.param(f"{prefix}.eta", lambda: like.new_tensor(1.0))
         scale = pyro.param(f"{prefix}.log_temperature_scale", lambda: like.new_tensor(0.0)).exp()
-        return eta, scale
+        return (eta.detach(), scale.detach()) if self._frozen else (eta, scale)
 
     def _control_variate(self, f_relaxed, values, sites):
         eta, _ = self._tunables(f_relaxed)
@@ -450,11 +465,15 @@ def _check_effective_temperature(estimator, name, base, scale):
     info = torch.finfo(base.logits.dtype)
     _, ratio = logits_bounds(info.eps, info.max)
     least = coldest_temperature(info.tiny, info.max)
-    coldest = (base.temperature * scale).detach().amin().item()
-    largest = base.logits.detach().abs().amax().item()
-    if messages.effective_temperature_refused(coldest, largest, least, ratio):
-        dtype = str(base.logits.dtype).replace("torch.", "")
-        raise messages.effective_temperature(estimator, name, scale.item(), coldest, largest, dtype, least, ratio)
+    dtype = str(base.logits.dtype).replace("torch.", "")
+    coldest = (base.temperature * scale).detach().amin()
+    largest = base.logits.detach().abs().amax()
+    if _in_transform():  # vmap: no Python number can be read; torch's batched all-true decides
+        if not torch._is_all_true(torch.isfinite(coldest) & (coldest >= least) & (largest <= ratio * coldest)):
+            raise messages.effective_temperature_in_transform(estimator, name, dtype, least, ratio)
+        return
+    if messages.effective_temperature_refused(coldest.item(), largest.item(), least, ratio):
+        raise messages.effective_temperature(estimator, name, scale.item(), coldest.item(), largest.item(), dtype, least, ratio)
 
 
 @named_errors()
@@ -507,7 +526,7 @@ class REBAR(_ControlVariateLoss):
     sigma_lambda relaxes at the site's temperature times ``exp(log_temperature_scale)``. Unbiased for
     any ``eta`` and lambda; both are parameters (``REBAR.eta``, ``REBAR.log_temperature_scale``,
     initially 1 and 0) trained to lower the variance of the guide's gradient: ``SVI.step`` does
-    (``loss_and_grads``); ``differentiable_loss`` gives the estimator's gradient only. The model's
+    (``loss_and_grads``); ``differentiable_loss`` gives the estimator's gradient only, and none to them. The model's
     parameters get the gradient of f(b) alone.
 
     :param str plate: the data plate (one ELBO, and one learning signal, per element), or None.
@@ -560,7 +579,11 @@ class RELAX(_ControlVariateLoss):
     def _control_variate(self, f_relaxed, values, sites):
         eta, _ = self._tunables(f_relaxed)
         features = torch.cat([_per_element_features(value, site, self.plate) for value, site in zip(values.values(), sites.values())], -1)
-        residual = self._network(features)(features)
+        network = self._network(features)
+        if self._frozen:  # no gradient to the network (see differentiable_loss)
+            residual = torch.func.functional_call(network, {k: v.detach() for k, v in network.named_parameters()}, (features,))
+        else:
+            residual = network(features)
         residual = residual[messages.one_per_row(type(self).__name__, residual.shape, features.shape)]
         return eta * f_relaxed + (residual if self.plate is not None else residual.sum())
 

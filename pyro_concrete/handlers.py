@@ -27,7 +27,7 @@ from pyro.poutine.replay_messenger import ReplayMessenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_messenger import TraceMessenger
 
-from concrete_common import messages
+from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
 
 from ._carry import _traced
@@ -68,6 +68,33 @@ def rewrap(fn, wrappers):
     for method, argument in reversed(wrappers):
         fn = getattr(fn, method)(argument)
     return fn
+
+
+def _transformed_family(fn):
+    """The class name of the Concrete-family distribution under a host TransformedDistribution
+    ``fn`` (through wrappers and nested transforms), or None."""
+    while isinstance(fn, torch.distributions.TransformedDistribution):
+        fn = unwrap(fn.base_dist)[0]
+        if isinstance(fn, CONCRETE_FAMILY):
+            return type(fn).__name__
+    return None
+
+
+def _broadcast_deterministic(msg):
+    """A deterministic site of a reparametrizer inside this handler (the host's TransformReparam:
+    ``Delta(value).mask(False)``), whose value is a function of an enumerated site, holds only the
+    enumeration's dimensions: the host's shape check wants the plates' too. Its log density is 0, so
+    expanding it changes no number (as ``reparam.LogSpaceReparam`` does for its own)."""
+    fn = msg["fn"]
+    if not (isinstance(fn, MaskedDistribution) and fn._mask is False and isinstance(fn.base_dist, dist.Delta)):
+        return
+    frames = [f for f in msg["cond_indep_stack"] if f.vectorized and f.dim is not None]
+    if not frames:
+        return
+    shape = [1] * -min(f.dim for f in frames)
+    for f in frames:
+        shape[f.dim] = f.size
+    msg["fn"] = fn.expand(torch.broadcast_shapes(fn.batch_shape, torch.Size(shape)))
 
 
 def _selected(msg, sites):
@@ -146,6 +173,15 @@ class DiscreteMessenger(Messenger):
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__()
 
+    def __enter__(self):
+        entered = super().__enter__()
+        evaluating.enter_discrete_run(self, self.sites is None)  # see evaluating.check_no_relaxed_score
+        return entered
+
+    def __exit__(self, *exc_info):
+        evaluating.exit_discrete_run(self)
+        return super().__exit__(*exc_info)
+
     def _check_handler_order(self, name):
         # Handlers inside this one process the site before the swap and post-process it after the
         # index has become a one-hot: enumeration would skip the site and the trace would hold an
@@ -175,6 +211,8 @@ class DiscreteMessenger(Messenger):
 
     def _pyro_sample(self, msg):
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
+        if self.mode is Mode.ENUMERATE and msg["is_observed"]:
+            _broadcast_deterministic(msg)
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
@@ -210,6 +248,9 @@ class DiscreteMessenger(Messenger):
             msg["infer"] = {**(msg["infer"] or {}), ARGMAX_VALUE: True}
 
     def _pyro_post_sample(self, msg):
+        # a transformed Concrete-family site no reparametrizer split (one outside this handler sees it after)
+        if _selected(msg, self.sites) and (family := _transformed_family(unwrap(msg["fn"])[0])) is not None:
+            raise messages.transformed_site(self.mode.value, msg["name"], family)
         # runs after the outer trace has copied the (index distribution, index) pair
         to_value = self.index_to_value.get(msg["name"])
         if to_value is not None:

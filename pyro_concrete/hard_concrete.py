@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.distributions import constraints
 from torch.types import _size
 
+from concrete_common import evaluating
 from concrete_common import stretch
 
 from . import _numerics
@@ -170,12 +171,13 @@ class HardConcrete(_BinaryConcrete):
         return self._stretch(torch.sigmoid(y), torch.sigmoid(-y))
 
     def _log_mass_at_zero(self):
-        return -_numerics.softplus(self.logits - self._kernel_temperature * self._logit_at_zero())
+        return -_numerics.softplus(self.logits - _numerics.positive(self._kernel_temperature) * self._logit_at_zero())
 
     def _log_mass_at_one(self):
-        return -_numerics.softplus(self._kernel_temperature * self._logit_at_one() - self.logits)
+        return -_numerics.softplus(_numerics.positive(self._kernel_temperature) * self._logit_at_one() - self.logits)
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         self._validate(value)
         inside = value.clamp(0.0, 1.0)  # z - low > 0 and high - z > 0: finite logs
         log_above, log_below = torch.log(inside - self._low), torch.log(self._high - inside)
@@ -188,14 +190,14 @@ class HardConcrete(_BinaryConcrete):
     def cdf(self, value: Tensor) -> Tensor:
         self._validate(value)
         inside = value.clamp(0.0, 1.0)
-        below_one = torch.sigmoid(self._kernel_temperature * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
+        below_one = torch.sigmoid(_numerics.positive(self._kernel_temperature) * (torch.log(inside - self._low) - torch.log(self._high - inside)) - self.logits)
         return torch.where(value >= 1, torch.ones_like(below_one), below_one).masked_fill(value < 0, 0.0)
 
     @property
     def prob_nonzero(self) -> Tensor:
         """P(Z != 0), the expected L0 norm of the gate (Louizos et al. eq. 12)."""
         # exp(log sigmoid): its gradient p (1 - p) keeps 1 - p where p rounds to 1 (sigmoid's was 0 there)
-        return torch.exp(torch.nn.functional.logsigmoid(self.logits - self._kernel_temperature * self._logit_at_zero()))
+        return torch.exp(torch.nn.functional.logsigmoid(self.logits - _numerics.positive(self._kernel_temperature) * self._logit_at_zero()))
 
     @property
     def deterministic_gate(self) -> Tensor:
@@ -207,5 +209,5 @@ class HardConcrete(_BinaryConcrete):
 
     def discrete(self) -> Bernoulli:
         """Whether the gate is open: Bernoulli(prob_nonzero), on {0, 1}."""
-        logits = self.logits - self._kernel_temperature * self._logit_at_zero()
+        logits = self.logits - _numerics.positive(self._kernel_temperature) * self._logit_at_zero()
         return Bernoulli(logits=logits, validate_args=self._validate_args)

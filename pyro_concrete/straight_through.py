@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.types import _size
 
+from concrete_common import evaluating
 from concrete_common.kinds import Kind
 
 from . import _numerics
@@ -65,6 +66,7 @@ class ConcreteStraightThrough(Concrete):
         return carry.attach(_straight_through(hard, torch.exp(y)), y, self._kind)
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         return _numerics.concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._kernel_temperature)
 
 
@@ -91,6 +93,7 @@ class BinConcreteStraightThrough(BinConcrete):
         return carry.attach(_straight_through(hard, torch.sigmoid(y)), y, self._kind)
 
     def log_prob(self, value: Tensor) -> Tensor:
+        evaluating.check_no_relaxed_score(type(self).__name__)
         return _numerics.bin_concrete_log_prob(_relaxed_coordinates(self, value, self._kind), self.logits, self._kernel_temperature)
 
     def cdf(self, value: Tensor) -> Tensor:

@@ -1,7 +1,8 @@
 """Temperature schedules for an SVI loop: ``schedule(step)`` is the temperature at that step.
 
-Pass the result to the model and guide as an argument, so that one compiled step serves every
-temperature (``JitTrace_ELBO`` traces tensors, not Python numbers)::
+Pass the result to the model and guide as an argument, as a tensor, so that one compiled step
+serves every temperature (``JitTrace_ELBO`` traces tensors, not Python numbers; ``torch.compile``
+guards on a Python number, and compiles again for each new value until its recompile limit)::
 
     schedule = exponential_decay(initial=1.0, rate=1e-4, floor=0.5, every=1000)
     for step in range(num_steps):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro.infer import Trace_ELBO
+from numpyro.infer import SVI, Trace_ELBO
 
 from examples import data, dvae_numpyro, numpyro_training
 from numpyro_concrete import Concrete, discrete_log_likelihood
@@ -120,8 +120,58 @@ def sharded_fit():
                                        for a, b in zip(jax.tree_util.tree_leaves(one_state), jax.tree_util.tree_leaves(sharded_state))))
 
 
+def shard_map_gradients():
+    """The losses whose own parameters an inner derivative trains (a ScoreFunctionELBO baseline's
+    fit, REBAR's and RELAX's eta and temperature scale: the square of an estimate that is itself a
+    vector-Jacobian product), under ``shard_map`` with the user's ``pmean`` of the loss (parameters
+    replicated, the subsampled batch split over the devices): each parameter's gradient is the mean
+    over the shards of each shard's alone. The inner derivative with respect to a replicated
+    parameter summed the shards' (the baseline's 4x, eta's 16x). Max relative difference per loss."""
+    from jax.sharding import Mesh, PartitionSpec
+
+    import numpyro_concrete as nc
+
+    n, shard = 16, 16 // DEVICES
+    x = jnp.linspace(-2.0, 2.5, n)
+
+    def model(x):
+        mu = numpyro.param("mu", jnp.array([-1.0, 1.5]))
+        with numpyro.plate("data", n, subsample_size=shard):
+            z = numpyro.sample("z", nc.BinConcrete(0.5, logits=jnp.zeros(())))
+            numpyro.sample("x", dist.Normal(mu[0] + z * (mu[1] - mu[0]), 1.0), obs=x)
+
+    def guide(x, baseline=False):
+        w, b = numpyro.param("w", 0.7), numpyro.param("b", -0.2)
+        with numpyro.plate("data", n, subsample_size=shard):
+            infer = {"baseline": {"baseline_value": numpyro.param("c", 0.3) * x}} if baseline else {}
+            numpyro.sample("z", nc.BinConcrete(2 / 3, logits=w * x + b), infer=infer)
+
+    cases = {"ScoreFunctionELBO": (nc.ScoreFunctionELBO(plate="data"), nc.discrete(model), nc.discrete(lambda x: guide(x, True)))}
+    for cls in (nc.REBAR, nc.RELAX):
+        loss = cls(plate="data")
+        cases[cls.__name__] = (loss, model, loss.guide(guide))
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    key = jax.random.PRNGKey(11)
+    differences = {}
+    for name, (loss, m, g) in cases.items():
+        svi = SVI(m, g, numpyro.optim.Adam(0.01), loss)
+        params = svi.get_params(svi.init(jax.random.PRNGKey(0), x[:shard]))
+        assert ("c" if name == "ScoreFunctionELBO" else f"{name}.eta") in params  # the parameter an inner derivative trains
+
+        def one(p, k, x, loss=loss, m=m, g=g):
+            return loss.loss(k, p, m, g, x)
+
+        per_shard = [jax.jit(jax.grad(one))(params, key, x[i * shard : (i + 1) * shard]) for i in range(DEVICES)]
+        mean = jax.tree_util.tree_map(lambda *gs: sum(gs) / DEVICES, *per_shard)
+        body = lambda p, k, x, one=one: jax.grad(lambda p: jax.lax.pmean(one(p, k, x), "batch"))(p)  # noqa: E731
+        sharded = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec("batch")),
+                                        out_specs=PartitionSpec()))(params, key, x)
+        differences[name] = max(_max_relative(np.asarray(sharded[k]), np.asarray(mean[k])) for k in mean)
+    return {"shard_map_max_relative_difference": differences}
+
+
 if __name__ == "__main__":
     assert jax.device_count() == DEVICES, jax.devices()
     result = {"devices": jax.device_count(), **dvae_steps(int(sys.argv[1])), **carried_scores(), **helpers_on_sharded_data(),
-              **sharded_fit()}
+              **sharded_fit(), **shard_map_gradients()}
     print(json.dumps(result))

@@ -38,6 +38,10 @@ def test_numpyro_sharded_svi_equals_one_device():
     assert r["all_reduces"] >= 1  # the gradient reduction is in the compiled program
     np.testing.assert_allclose(r["losses_sharded"], r["losses_one"], rtol=2e-5)
     assert r["params_max_relative_difference"] < 1e-4
+    # shard_map with the user's pmean: the baseline's and REBAR/RELAX's own parameters get each shard's
+    # gradient averaged, as every other parameter (their inner derivative summed the shards': 4x, 16x)
+    assert set(r["shard_map_max_relative_difference"]) == {"ScoreFunctionELBO", "REBAR", "RELAX"}
+    assert max(r["shard_map_max_relative_difference"].values()) < 1e-4
     assert r["zeros_in_sample"] > 0 and np.isfinite(r["carried_sharded"])
     np.testing.assert_allclose(r["carried_sharded"], r["carried_one"], rtol=5e-5)
     assert r["helper_input_devices"] == 4 and -40 < r["helper_mean"] < -15

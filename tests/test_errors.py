@@ -51,6 +51,23 @@ def test_bad_parameters_raise(backend, name, bad):
         backend.make(name, kwargs.pop("temperature"), validate_args=True, **kwargs)
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("temperature", [None, "0.5", 1 + 2j, object()], ids=["None", "str", "complex", "object"])
+def test_a_temperature_that_is_not_a_real_number_raises_naming_it(backend, name, temperature):
+    """Not a number at all: named, where the hosts' conversions raised a TypeError of their own
+    ("must be real number, not NoneType", "Cannot determine dtype")."""
+    with pytest.raises(ValueError, match=rf"{name}: temperature must be a real number or a floating-point (tensor|array), got"):
+        getattr(backend.lib, name)(temperature, logits=backend.array(_good_logits(name)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_temperature_given_as_a_list_is_a_batch_parameter(backend, name):
+    d = getattr(backend.lib, name)([0.5, 2.0], logits=backend.array(_batch_of_two(name)))
+    same = getattr(backend.lib, name)(backend.array([0.5, 2.0]), logits=backend.array(_batch_of_two(name)))
+    x = backend.sample(same, seed=3)
+    np.testing.assert_array_equal(backend.numpy(d.log_prob(x)), backend.numpy(same.log_prob(x)))
+
+
 @pytest.mark.parametrize("name", N_ARY)
 def test_categorical_probs_with_one_that_rounds_to_one_are_accepted(backend, name):
     """A float32 point estimate whose largest probability rounds to 1.0 beside positive ones is a

@@ -55,8 +55,7 @@ def _get(package, dotted):
 
 
 # module files in one package only
-FILES_ONLY_IN = {"pyro": {"_tracing.py": "silences torch.jit.trace's TracerWarning; JAX tracing warns of nothing",
-                          "_log_einsum.py": "Pyro's log-space contraction scales its gradient down (safe_log); NumPyro's is funsor's"},
+FILES_ONLY_IN = {"pyro": {"_tracing.py": "silences torch.jit.trace's TracerWarning; JAX tracing warns of nothing"},
                  "numpyro": {}}
 
 

@@ -431,6 +431,64 @@ def test_control_variate_losses_say_when_their_parameters_are_not_declared():
     assert wrapped.get_params(state)["REBAR.eta"] != 1.0  # trained on the variance
 
 
+def _largest_intermediate(jaxpr):
+    """The most elements of any array a jaxpr computes, in its sub-jaxprs (jit, cond, ...) too."""
+    largest = 0
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            largest = max(largest, int(np.prod(getattr(var.aval, "shape", ()))))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else [param]:
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr
+                if hasattr(sub, "eqns"):
+                    largest = max(largest, _largest_intermediate(sub))
+    return largest
+
+
+@pytest.mark.parametrize("helper", ["marginal_log_likelihood", "map_assignment"])
+def test_the_exact_helpers_on_many_categories_take_memory_of_the_enumerated_log_density(monkeypatch, helper):
+    """One Concrete site of K = 2000 categories in a plate of N = 50: the enumerated index (K, 1) was
+    scored by the host's ``CategoricalLogits`` with the logits the plate had expanded to (N, K), whose
+    ``log_prob`` broadcasts them to (K, N, K) (and map_assignment's potentials compared each index with
+    every value, (K, N, K) again): 800 MB here, out of memory at K = 10^4, N = 100. Now no array the
+    helpers compute (traced with ``make_jaxpr``; map_assignment's compiled decoding recorded where it
+    is compiled) is within a factor 10 of K N K elements, and the values are the exact log-sum-exp and
+    argmax."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    from numpyro_concrete import evaluation
+
+    k, n = 2000, 50
+    logits = jax.random.normal(jax.random.PRNGKey(1), (k,))
+    means = jnp.linspace(-3.0, 3.0, k)
+    x = jax.random.normal(jax.random.PRNGKey(2), (n,)) * 2.0
+
+    def model(x):
+        with numpyro.plate("data", n):
+            z = numpyro.sample("z", nc.Concrete(0.5, logits=logits))
+            numpyro.sample("x", numpyro.distributions.Normal(z @ means, 1.0), obs=x)
+
+    bound = k * n * k // 10
+    joint = np.asarray(jax.nn.log_softmax(logits))[None, :] + norm.logpdf(np.asarray(x)[:, None], np.asarray(means)[None, :], 1.0)
+    if helper == "marginal_log_likelihood":
+        assert _largest_intermediate(jax.make_jaxpr(lambda x: nc.marginal_log_likelihood(model, x))(x).jaxpr) < bound
+        np.testing.assert_allclose(float(nc.marginal_log_likelihood(model, x)), logsumexp(joint, axis=1).sum(), rtol=1e-5)
+        return
+    compiled = evaluation._compiled_if_possible
+    largest = []
+
+    def recorded(fn, arrays, args, kwargs):
+        largest.append(_largest_intermediate(jax.make_jaxpr(fn)(arrays, args, kwargs).jaxpr))
+        assert largest[-1] < bound  # before running it
+        return compiled(fn, arrays, args, kwargs)
+
+    monkeypatch.setattr(evaluation, "_compiled_if_possible", recorded)
+    value = np.asarray(nc.map_assignment(model, x)["z"])
+    assert largest  # the decoding was traced
+    np.testing.assert_array_equal(value, np.eye(k)[joint.argmax(1)])
+
+
 def test_the_test_time_helpers_need_no_dependency_tracking(monkeypatch):
     """jax 0.11 broke NumPyro's provenance tracking (``eval_provenance``: "length mismatch"), on which
     ``TraceEnum_ELBO`` rests. Standing in for it here: with the provenance functions raising, every
@@ -467,6 +525,54 @@ def test_the_test_time_helpers_need_no_dependency_tracking(monkeypatch):
     assert abs(float(nc.marginal_log_likelihood(hmm_model, jnp.asarray(HMM_DATA))) - logsumexp(log_joint)) < 1e-6
     assignment = nc.map_assignment(hmm_model, jnp.asarray(HMM_DATA))
     assert [int(np.asarray(assignment[f"x_{t}"]).argmax()) for t in range(len(HMM_DATA))] == paths[log_joint.argmax()].tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_marginal_log_likelihood_sums_past_underflow_eagerly_under_jit_and_vmap(dtype):
+    """A global binary switch seen by two groups of observations that favour its two values by more
+    than the dtype's range (180 nats each in float32, past 87; 845 in float64, past 708): funsor's
+    log-space contraction (``numpy_log``) shifted each factor by its own maximum and summed the
+    products, which underflowed to 0 -- the value -inf, its gradient NaN. Now the exact log-sum-exp and
+    gradient, in the model's dtype, eagerly, under ``jit``, and under ``vmap`` over data sets of which
+    one underflows and one does not; funsor's backend is restored afterwards."""
+    import funsor.cnf
+    from scipy.special import logsumexp, softmax
+    from scipy.stats import norm
+
+    n, mu0 = 10, {"float32": 6.0, "float64": 13.0}[dtype]
+    a, bs = np.zeros(n), np.stack([np.full(n, mu0), np.full(n, 1.0)])  # mu0 underflows, 1.0 does not
+
+    def model(a, b):
+        mu = numpyro.param("mu", jnp.asarray(mu0, dtype))
+        z = numpyro.sample("z", nc.BinConcrete(jnp.asarray(0.5, dtype), logits=jnp.asarray(0.0, dtype)))
+        with numpyro.plate("na", n):
+            numpyro.sample("a", numpyro.distributions.Normal(z * mu, 1.0), obs=a)
+        with numpyro.plate("nb", n):
+            numpyro.sample("b", numpyro.distributions.Normal(z * mu, 1.0), obs=b)
+
+    def log_marginal(mu, b):
+        return nc.marginal_log_likelihood(model, jnp.asarray(a, dtype), b, params={"mu": mu})
+
+    def exact(b):  # log p(a, b) and its derivative by mu, at mu0
+        joint = np.log(0.5) + np.array([norm.logpdf(a, 0.0).sum() + norm.logpdf(b, 0.0).sum(),
+                                        norm.logpdf(a, mu0).sum() + norm.logpdf(b, mu0).sum()])
+        return logsumexp(joint), softmax(joint)[1] * ((a - mu0).sum() + (b - mu0).sum())
+
+    expected = np.array([exact(b) for b in bs])
+    assert expected[0, 1] == (-30.0 if dtype == "float32" else -65.0)  # the two values equally likely
+    rtol = {"float32": 1e-6, "float64": 1e-12}[dtype]
+    mu, data = jnp.asarray(mu0, dtype), jnp.asarray(bs, dtype)
+    value_and_grad = jax.value_and_grad(log_marginal)
+    for how, (value, grad) in {
+        "eager": value_and_grad(mu, data[0]),
+        "jit": jax.jit(value_and_grad)(mu, data[0]),
+        "vmap": jax.vmap(value_and_grad, in_axes=(None, 0))(mu, data),
+    }.items():
+        assert value.dtype == grad.dtype == jnp.dtype(dtype), how
+        rows = slice(None) if how == "vmap" else 0
+        np.testing.assert_allclose(np.asarray(value), expected[rows, 0], rtol=rtol, err_msg=how)
+        np.testing.assert_allclose(np.asarray(grad), expected[rows, 1], rtol=10 * rtol, atol=1e-30, err_msg=how)
+    assert funsor.cnf.BACKEND_TO_LOGSUMEXP_BACKEND["jax"] == "funsor.einsum.numpy_log"
 
 
 @pytest.mark.parametrize("guide_name, temperature, dtype", [("ConcreteStraightThrough", 0.7, np.float64), ("Concrete", 0.05, np.float32)])
@@ -809,3 +915,30 @@ def test_relax_default_network_refuses_a_batch_of_another_width():
     state, _ = svi.update(state, jnp.array([2, 3]))
     with pytest.raises(ValueError, match=r"^RELAX: its default control variate was built for 2 features and is given 1: with plate=None"):
         svi.update(state, jnp.array([4]))
+
+
+def test_map_assignment_inside_the_users_jit_and_vmap_is_the_eager_decoding():
+    """Whether the max-product decoding is the only maximizer is a traced value inside the user's
+    ``jit`` / ``vmap`` (a TracerBoolConversionError before): both decodings are made and the fallback's
+    taken where there is a tie -- the tied model of tests/test_test_time.py stays a joint maximizer."""
+    import numpyro.distributions as dist
+
+    def mixture(x):
+        with numpyro.plate("data", x.shape[0]):
+            z = numpyro.sample("z", nc.BinConcrete(0.5, logits=jnp.zeros(())))
+            numpyro.sample("x", dist.Normal(-1.0 + 2.5 * z, 1.0), obs=x)
+
+    data = jnp.stack([jnp.linspace(-2.0, 2.5, 6), jnp.linspace(-1.0, 3.5, 6)])
+    eager = np.stack([np.asarray(nc.map_assignment(mixture, x)["z"]) for x in data])
+    assert 0 < eager.sum() < eager.size
+    np.testing.assert_array_equal(jax.vmap(lambda x: nc.map_assignment(mixture, x)["z"])(data), eager)
+    np.testing.assert_array_equal(jax.jit(lambda x: nc.map_assignment(mixture, x)["z"])(data[1]), eager[1])
+
+    def tied(x):
+        with numpyro.plate("data", 4):
+            a = numpyro.sample("a", nc.BinConcrete(0.5, logits=jnp.zeros(4)))
+            b = numpyro.sample("b", nc.BinConcrete(0.5, logits=3.0 - 6.0 * a))
+            numpyro.sample("x", dist.Normal(0.0 * b, 1.0), obs=x)
+
+    decoded = jax.jit(lambda x: nc.map_assignment(tied, x))(jnp.zeros(4))
+    np.testing.assert_array_equal(decoded["a"] + decoded["b"], np.ones(4))

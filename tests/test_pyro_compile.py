@@ -523,3 +523,77 @@ else:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False,
                          cwd=pathlib.Path(__file__).resolve().parents[1])
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("make", [lambda: pc.REBAR("data"), lambda: pc.RELAX("data"), lambda: pc.DisARM("data"), lambda: pc.GumbelRao("data")],
+                         ids=["REBAR", "RELAX", "DisARM", "GumbelRao"])
+def test_per_example_gradients_of_the_estimators_by_vmap_equal_one_example_at_a_time(make):
+    """``vmap(grad(loss))`` over the examples (per-example gradients, validation off: Pyro's own
+    checks read numbers): each row is the gradient of that example alone, with the same noise. REBAR's
+    and RELAX's check of their relaxed temperature read a number with ``.item()`` once."""
+    import pyro.distributions as dist
+
+    torch.manual_seed(4)
+    net = torch.nn.Linear(4, 3)
+    weights = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    data = (torch.rand(5, 4, generator=torch.Generator().manual_seed(2)) < 0.5).float()
+
+    def model(x):
+        with pyro.plate("data", x.shape[0]):
+            z = pyro.sample("z", pc.BinConcrete(0.5, logits=torch.zeros(3)).to_event(1))
+            pyro.sample("x", dist.Bernoulli(logits=z @ weights).to_event(1), obs=x)
+
+    def guide(x):
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pc.BinConcrete(0.5, logits=net(x)).to_event(1))
+
+    loss = make()
+    params = {k: p.detach() for k, p in net.named_parameters()}
+    pyro.clear_param_store()
+    with pyro.validation_enabled(False):
+        torch.manual_seed(0)
+        loss.differentiable_loss(model, guide, data[:1])  # the estimator's own parameters made once
+        rows = []
+        for i in range(5):
+            torch.manual_seed(3)
+            rows.append(torch.func.grad(_with_params(net, loss, model, guide))(params, data[i : i + 1]))
+        torch.manual_seed(3)
+        batched = torch.func.vmap(torch.func.grad(_with_params(net, loss, model, guide)), in_dims=(None, 0), randomness="same")(params, data[:, None])
+    for key in params:
+        expected = torch.stack([row[key] for row in rows])
+        assert expected.abs().max() > 0
+        torch.testing.assert_close(batched[key], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_a_relaxed_temperature_too_cold_for_the_dtype_is_refused_under_vmap():
+    """The same bound as eagerly (tests/test_estimators.py), decided by comparisons under vmap."""
+    import pyro.distributions as dist
+
+    net = torch.nn.Linear(2, 2)
+    data = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+
+    def model(x):
+        with pyro.plate("data", x.shape[0]):
+            z = pyro.sample("z", pc.BinConcrete(0.5, logits=torch.zeros(2)).to_event(1))
+            pyro.sample("x", dist.Bernoulli(logits=z).to_event(1), obs=x)
+
+    def guide(x):
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pc.BinConcrete(0.5, logits=net(x)).to_event(1))
+
+    pyro.clear_param_store()
+    loss = pc.REBAR("data")
+    with pyro.validation_enabled(False):
+        loss.differentiable_loss(model, guide, data)
+        pyro.param("REBAR.log_temperature_scale").data.fill_(-200.0)  # exp(-200) underflows in float32
+        params = {k: p.detach() for k, p in net.named_parameters()}
+        with pytest.raises(ValueError, match=r"REBAR: site 'z' relaxes .*inside a torch.func transform"):
+            torch.func.vmap(torch.func.grad(_with_params(net, loss, model, guide)), in_dims=(None, 0), randomness="same")(params, data[:, None])
+
+
+def _with_params(net, loss, model, guide):
+    def fn(params, x):
+        with torch.nn.utils.stateless._reparametrize_module(net, params):
+            return loss.differentiable_loss(model, guide, x)
+
+    return fn

@@ -622,6 +622,62 @@ def test_clearing_the_carry_scores_an_own_sample_from_its_values():
     assert underflowed.any() and not torch.isfinite(from_values[underflowed]).any()
 
 
+_SAMPLERS = ["Concrete", "ExpConcrete", "ConcreteStraightThrough", "BinConcrete", "LogitBinConcrete", "BinConcreteStraightThrough"]
+
+
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("name", _SAMPLERS)
+def test_samples_drawn_under_inference_mode_are_scored_as_eager_ones(name, validate):
+    """``torch.inference_mode`` (evaluation) makes tensors without a version counter: the carry
+    compares their memory in full instead. Float32 at t = 0.05, where samples underflow and only the
+    carried coordinates score them: the values of the same draw outside inference mode."""
+    logits = torch.linspace(-6.0, 6.0, 40).reshape(4, 10)
+    d = getattr(pc, name)(0.05, logits=logits, validate_args=validate)
+    torch.manual_seed(3)
+    x = d.rsample((3,))
+    eager = d.log_prob(x)
+    with torch.inference_mode():
+        torch.manual_seed(3)
+        y = d.rsample((3,))
+        scored = d.log_prob(y)
+    assert y.is_inference() and torch.equal(x, y)
+    assert torch.isfinite(eager).all() and torch.equal(scored, eager)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_an_inference_tensor_sample_edited_in_place_is_scored_from_its_new_value(validate):
+    """No version counter sees the edit: the memory, compared in full, does (any row, not only the
+    sentinel rows an ordinary sample is checked at), as for an edit behind the counter."""
+    d = pc.Concrete(0.5, logits=torch.randn(64, 6, dtype=torch.float64), validate_args=validate)
+    with torch.inference_mode():
+        x = d.rsample()
+        x[37] = torch.full((6,), 1.0 / 6, dtype=torch.float64)  # not a sentinel row of 64
+        _caught(d, x)
+
+
+def test_a_loss_evaluated_under_inference_mode_equals_it_under_no_grad():
+    import pyro
+    import pyro.distributions as dist
+
+    data = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+
+    def model():
+        with pyro.plate("data", 2):
+            z = pyro.sample("z", pc.Concrete(0.1, logits=torch.zeros(4)))
+            pyro.sample("x", dist.Bernoulli(logits=z @ torch.randn(4, 3, generator=torch.Generator().manual_seed(0))).to_event(1), obs=data)
+
+    def guide():
+        with pyro.plate("data", 2):
+            pyro.sample("z", pc.Concrete(0.1, logits=torch.tensor([2.0, -1.0, 0.0, 0.5])))
+
+    values = []
+    for context in (torch.no_grad, torch.inference_mode):
+        pyro.set_rng_seed(5)
+        with context():
+            values.append(pc.ImportanceWeightedELBO(4).loss(model, guide))
+    assert math.isfinite(values[0]) and values[0] == values[1]
+
+
 @pytest.mark.parametrize("make", [lambda: pc.ScoreFunctionELBO(plate="data"), lambda: pc.VIMCO(2, plate="data")])
 def test_a_loss_per_element_of_a_sequential_plate_says_it_needs_a_vectorized_one(make):
     """``for i in pyro.plate(...)`` has no dimension to hold one value per element: a ValueError that
@@ -716,3 +772,42 @@ def test_the_host_read_recorder_sees_the_reads_it_must_catch():
         x = torch.zeros(3)
         float(x.sum()), bool(x.any()), torch.equal(x, x), torch.tensor(0.5)
     assert len(mode.reads) == 4
+
+
+def test_half_precision_logits_from_autocast_are_refused_with_the_fix_named():
+    """Under ``torch.autocast`` a network's logits are bfloat16, where |logits| > 0.25 lose the
+    sampler's noise: refused, and the message names what such a user does (``logits.float()``)."""
+    net = torch.nn.Linear(3, 4)
+    torch.nn.init.constant_(net.weight, 1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(torch.ones(2, 3))
+        assert logits.dtype == torch.bfloat16
+        with pytest.raises(ValueError, match=r"under autocast are half precision: pass logits\.float\(\)"):
+            pc.BinConcrete(0.5, logits=logits)
+        d = pc.BinConcrete(0.5, logits=logits.float())
+        x = d.rsample()
+        assert x.dtype == torch.float32 and torch.isfinite(d.log_prob(x)).all()
+
+
+@pytest.mark.parametrize("temperature", [-1.0, 0.0])
+def test_an_unvalidated_invalid_temperature_gives_nan_not_a_finite_number(temperature):
+    """A tensor temperature validation does not read (off by the user, or for the whole process by a
+    ``torch.compile`` call: a learned one gone negative): the densities are NaN (their
+    log(temperature)), and so are the cdf, icdf and Hard Concrete's point masses, which took none of
+    its log. They were finite numbers of no distribution: at temperature -1, P(Z = 0) = 0.87 and
+    P(Z = 1) = 0.95, prob_nonzero 0.13 (L0Objective's penalty), cdfs of 0.59 and 0.31. NumPyro's
+    mirror: tests/test_numpyro_jax.py."""
+    logits = torch.tensor(0.3)
+    outputs = {
+        "HardConcrete.log_prob": lambda t: pc.HardConcrete(t, logits=logits, validate_args=False).log_prob(torch.tensor([0.0, 1.0])),
+        "HardConcrete.cdf": lambda t: pc.HardConcrete(t, logits=logits, validate_args=False).cdf(torch.tensor(0.5)),
+        "HardConcrete.prob_nonzero": lambda t: pc.HardConcrete(t, logits=logits, validate_args=False).prob_nonzero,
+        "HardConcrete.discrete": lambda t: pc.HardConcrete(t, logits=logits, validate_args=False).discrete().probs,
+        "BinConcrete.cdf": lambda t: pc.BinConcrete(t, logits=logits, validate_args=False).cdf(torch.tensor(0.4)),
+        "BinConcrete.icdf": lambda t: pc.BinConcrete(t, logits=logits, validate_args=False).icdf(torch.tensor(0.4)),
+        "LogitBinConcrete.cdf": lambda t: pc.LogitBinConcrete(t, logits=logits, validate_args=False).cdf(torch.tensor(0.4)),
+        "LogitBinConcrete.icdf": lambda t: pc.LogitBinConcrete(t, logits=logits, validate_args=False).icdf(torch.tensor(0.4)),
+    }
+    for name, fn in outputs.items():
+        assert torch.isnan(fn(torch.tensor(temperature))).all(), name
+        assert torch.isfinite(fn(torch.tensor(0.5))).all(), name

@@ -26,7 +26,6 @@ _DTYPES = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float6
 class Backend:
     name = "numpyro"
     particles_by_vmap = True  # how discrete_log_likelihood draws m particles: vmap: any model works
-    sums_past_underflow = False  # funsor's log-space contraction: a sum of terms each below the smallest normal number is 0, its log -inf
     lib = numpyro_concrete
     cpu_stand_in = False  # tests/test_devices.py: JAX makes arrays in the x64 mode's dtype on the default device: nothing to catch on the CPU
 
@@ -252,6 +251,24 @@ class Backend:
 
     def reparam(self, fn, config):
         return handlers.reparam(fn, config=config)
+
+    def affine_transformed(self, d, loc, scale):
+        """The host's TransformedDistribution of ``d`` by x -> loc + scale * x."""
+        return numpyro.distributions.TransformedDistribution(d, numpyro.distributions.transforms.AffineTransform(loc, scale))
+
+    def neutra(self, model, *args):
+        """``model`` reparametrized by the host's NeuTraReparam over an (untrained) AutoDiagonalNormal."""
+        from numpyro.infer.reparam import NeuTraReparam
+
+        guide = autoguides.AutoDiagonalNormal(model)
+        svi = SVI(model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
+        params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
+        return NeuTraReparam(guide, params).reparam(model)
+
+    def transform_reparam(self):
+        from numpyro.infer.reparam import TransformReparam
+
+        return TransformReparam()
 
     def run(self, model, *args, seed=0, replay=None, **kwargs):
         """Trace ``model`` (replaying ``replay``, a previous run, if given): a Run."""

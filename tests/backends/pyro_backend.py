@@ -19,7 +19,6 @@ _DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.
 class Backend:
     name = "pyro"
     particles_by_vmap = False  # how discrete_log_likelihood draws m particles: a plate left of the model's plates: the model must broadcast over it
-    sums_past_underflow = True  # the exact helpers' log-space contraction sums terms below the smallest normal number again, shifted
     lib = pyro_concrete
     cpu_stand_in = True  # tests/test_devices.py: torch makes a new tensor in float32 on the CPU unless told: the CPU in float64 shows it
 
@@ -243,6 +242,23 @@ class Backend:
 
     def reparam(self, fn, config):
         return poutine.reparam(fn, config=config)
+
+    def affine_transformed(self, d, loc, scale):
+        """The host's TransformedDistribution of ``d`` by x -> loc + scale * x."""
+        return pyro.distributions.TransformedDistribution(d, pyro.distributions.transforms.AffineTransform(loc, scale))
+
+    def neutra(self, model, *args):
+        """``model`` reparametrized by the host's NeuTraReparam over an (untrained) AutoDiagonalNormal."""
+        from pyro.infer.reparam import NeuTraReparam
+
+        guide = autoguides.AutoDiagonalNormal(model)
+        guide(*args)  # its parameters
+        return NeuTraReparam(guide).reparam(model)
+
+    def transform_reparam(self):
+        from pyro.infer.reparam import TransformReparam
+
+        return TransformReparam()
 
     def run(self, model, *args, seed=0, replay=None, **kwargs):
         """Trace ``model`` (replaying ``replay``, a previous run, if given): a Run."""
