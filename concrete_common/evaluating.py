@@ -9,7 +9,7 @@ import contextlib
 from . import messages
 
 _HELPERS: list = []  # the helpers running a discrete graph, innermost last
-_DISCRETE_RUNS: list = []  # discrete(...) handlers (of every site) running a model, innermost last
+_DISCRETE_RUNS: list = []  # (run, every site?) of the models discrete(...) is running, innermost last
 
 
 @contextlib.contextmanager
@@ -67,16 +67,18 @@ def check_no_relaxed_draw(cls_name):
         )
 
 
-def enter_discrete_run(handler, every_site):
-    """``discrete(model)``'s ``handler`` starts running the model; ``every_site``: no ``sites=`` was
-    named (the sites not named stay relaxed by design)."""
-    _DISCRETE_RUNS.append((handler, every_site))
+def enter_discrete_run(every_site):
+    """``discrete(model)`` starts running the model; ``every_site``: no ``sites=`` was named (the sites
+    not named stay relaxed by design). Returns the run's token, for :func:`exit_discrete_run`."""
+    token = object()
+    _DISCRETE_RUNS.append((token, every_site))
+    return token
 
 
-def exit_discrete_run(handler):
-    """... and ends (an exception may have skipped the exits of handlers inside it: they go too)."""
+def exit_discrete_run(token):
+    """... and ends (an exception may have skipped the exits of runs inside it: they go too)."""
     for i, (running, _) in enumerate(_DISCRETE_RUNS):
-        if running is handler:
+        if running is token:
             del _DISCRETE_RUNS[i:]
             return
 
@@ -87,7 +89,7 @@ def check_no_relaxed_score(cls_name):
     during it is a reparametrizer's that scores the relaxed site itself (NeuTraReparam,
     StructuredReparam: the site becomes a deterministic function of another latent, with this density
     as a factor), or a factor of the user's, and the discrete graph would hold a relaxed density."""
-    if _DISCRETE_RUNS and _DISCRETE_RUNS[-1][1]:
+    if any(every_site for _, every_site in _DISCRETE_RUNS):  # a handler of every site, at any depth
         raise messages.ModelError(
             f"{cls_name}.log_prob was evaluated while discrete(...) ran the model: a relaxed density inside the discrete "
             "graph, so every value computed from it would be the relaxed model's, not the discrete one's. A "

@@ -63,8 +63,11 @@ def _checked_real(cls_name, name, x):
         return x
     try:
         array = np.asarray(x)
-    except (TypeError, ValueError):
-        array = np.asarray(None)
+    except Exception:  # noqa: BLE001 -- e.g. a list of traced values: JAX's conversion decides
+        try:
+            array = jnp.asarray(x)
+        except Exception:  # noqa: BLE001
+            array = np.asarray(None)
     if array.dtype.kind not in "biuf":
         fail(cls_name, f"{name} must be a real number or a floating-point array, got {x!r}")
     return x if isinstance(x, np.ndarray) else jnp.asarray(array)

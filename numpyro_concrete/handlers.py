@@ -204,14 +204,16 @@ class DiscreteMessenger(Messenger):
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__(fn)
 
-    def __enter__(self):
-        entered = super().__enter__()
-        evaluating.enter_discrete_run(self, self.sites is None)  # see evaluating.check_no_relaxed_score
-        return entered
-
-    def __exit__(self, *exc_info):
-        evaluating.exit_discrete_run(self)
-        return super().__exit__(*exc_info)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fn is None:  # used as a decorator
+            return super().__call__(*args, **kwargs)
+        # while the model runs under this handler (not a whole ``with`` block, where the sites'
+        # densities are computed too): see evaluating.check_no_relaxed_score
+        token = evaluating.enter_discrete_run(self.sites is None)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            evaluating.exit_discrete_run(token)
 
     def _check_handler_order(self, name):
         # Handlers inside this one process the site before the swap and post-process it after the

@@ -73,8 +73,11 @@ def _checked_real(cls_name, name, x):
         return x
     try:
         kind = np.asarray(x).dtype.kind
-    except (TypeError, ValueError):
-        kind = "O"
+    except Exception:  # noqa: BLE001 -- e.g. a list of tensors that require grad: torch's conversion decides
+        try:
+            kind = "c" if torch.as_tensor(x).is_complex() else "f"
+        except Exception:  # noqa: BLE001
+            kind = "O"
     if kind not in "biuf":
         fail(cls_name, f"{name} must be a real number or a floating-point tensor, got {x!r}")
     return x

@@ -231,6 +231,7 @@ def positive(temperature):
         return torch.where(temperature > 0, temperature, torch.full_like(temperature, math.nan))
     return temperature if temperature > 0 else math.nan
 
+
 def log(x):
     """log x, -inf at x = 0 with a zero (not NaN) gradient there, so that a value on the boundary
     cannot poison the gradients of a batch (e.g. under a mask) through 0 * inf."""

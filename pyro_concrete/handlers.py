@@ -12,6 +12,7 @@ and the reverse, for a model written with discrete distributions::
     relaxed_model = relax(model, temperature=2 / 3)
 """
 
+import functools
 import numbers
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -173,14 +174,20 @@ class DiscreteMessenger(Messenger):
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
         super().__init__()
 
-    def __enter__(self):
-        entered = super().__enter__()
-        evaluating.enter_discrete_run(self, self.sites is None)  # see evaluating.check_no_relaxed_score
-        return entered
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        # while the model runs under this handler (not a whole ``with`` block, where the sites'
+        # densities are computed too): see evaluating.check_no_relaxed_score
+        every_site = self.sites is None
 
-    def __exit__(self, *exc_info):
-        evaluating.exit_discrete_run(self)
-        return super().__exit__(*exc_info)
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            token = evaluating.enter_discrete_run(every_site)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                evaluating.exit_discrete_run(token)
+
+        return super().__call__(run)
 
     def _check_handler_order(self, name):
         # Handlers inside this one process the site before the swap and post-process it after the

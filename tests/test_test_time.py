@@ -1537,6 +1537,9 @@ def test_a_relaxed_density_evaluated_while_the_discrete_graph_runs_is_refused(ba
             backend.site("b", backend.lib.BinConcrete(0.5, logits=backend.array(0.4)), obs=x)
 
     data = backend.array([0.2, 0.7, 0.5])
-    run = backend.run(backend.lib.discrete(observed, mode="sample"), data)
     expected = backend.numpy(backend.lib.BinConcrete(0.5, logits=backend.array(0.4)).log_prob(data))
+    run = backend.run(backend.lib.discrete(observed, mode="sample"), data)
+    np.testing.assert_allclose(run.sites["b"].log_prob, expected, rtol=1e-12)
+    with backend.lib.discrete(mode="argmax"):  # as a context manager: the densities are computed inside it
+        run = backend.run(observed, data)
     np.testing.assert_allclose(run.sites["b"].log_prob, expected, rtol=1e-12)
