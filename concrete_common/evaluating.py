@@ -5,11 +5,23 @@ helper's value would be a random draw, not the exact one. Both packages' sampler
 host's own discrete sites are caught where the host draws them."""
 
 import contextlib
+import threading
 
 from . import messages
 
-_HELPERS: list = []  # the helpers running a discrete graph, innermost last
-_DISCRETE_RUNS: list = []  # (run, every site?) of the models discrete(...) is running, innermost last
+
+class _ThreadState(threading.local):
+    """Per thread: a helper or a discrete(...) run in one thread says nothing of what another draws
+    or scores (a Gumbel-softmax layer trained beside an evaluation thread)."""
+
+    def __init__(self):
+        self.helpers = []  # the helpers running a discrete graph, innermost last
+        self.discrete_runs = []  # (run, every site?) of the models discrete(...) is running, innermost last
+
+
+_STATE = _ThreadState()
+_GUARDS: dict = {}  # id(runtime) -> [the host's default_process_message, the helpers using the guard]
+_GUARDS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -20,15 +32,9 @@ def discrete_graph(helper, runtime=None):
     while the graph is summed or decoded there, a discrete site drawn there escaped the helper
     (:func:`check_no_discrete_draw`). The hosts' refusals of crossed plates are given a message that
     names the cause (:func:`concrete_common.messages.crossed_plates`)."""
-    _HELPERS.append(helper)
-    original = getattr(runtime, "default_process_message", None)
+    _STATE.helpers.append(helper)
     if runtime is not None:
-
-        def guarded(msg):
-            check_no_discrete_draw(msg)
-            return original(msg)
-
-        runtime.default_process_message = guarded
+        _install_guard(runtime)
     try:
         yield
     except (NotImplementedError, ValueError) as error:
@@ -36,9 +42,37 @@ def discrete_graph(helper, runtime=None):
             raise messages.crossed_plates(error) from None
         raise
     finally:
-        _HELPERS.pop()
+        _STATE.helpers.pop()
         if runtime is not None:
-            runtime.default_process_message = original
+            _remove_guard(runtime)
+
+
+def _install_guard(runtime):
+    """The host's ``default_process_message`` checked while any thread runs a helper, the check made
+    in the threads that do (:func:`check_no_discrete_draw`); counted, so that helpers of several
+    threads ending in any order give the host its own function back."""
+    with _GUARDS_LOCK:
+        entry = _GUARDS.get(id(runtime))
+        if entry is None:
+            original = runtime.default_process_message
+
+            def guarded(msg):
+                if _STATE.helpers:
+                    check_no_discrete_draw(msg)
+                return original(msg)
+
+            _GUARDS[id(runtime)] = entry = [original, 0]
+            runtime.default_process_message = guarded
+        entry[1] += 1
+
+
+def _remove_guard(runtime):
+    with _GUARDS_LOCK:
+        entry = _GUARDS[id(runtime)]
+        entry[1] -= 1
+        if entry[1] == 0:
+            runtime.default_process_message = entry[0]
+            del _GUARDS[id(runtime)]
 
 
 def check_no_discrete_draw(msg):
@@ -58,7 +92,7 @@ def check_no_discrete_draw(msg):
 
 def check_no_relaxed_draw(cls_name):
     """Called by the relaxed samplers: raises inside :func:`discrete_graph`."""
-    if _HELPERS:
+    if _STATE.helpers:
         raise messages.ModelError(
             f"a Concrete-family distribution drew a relaxed sample ({cls_name}'s noise) while the model's discrete graph "
             "was evaluated: a Concrete-family site the helper could not see (hidden by block / poutine.block, or a direct .sample() or "
@@ -71,15 +105,16 @@ def enter_discrete_run(every_site):
     """``discrete(model)`` starts running the model; ``every_site``: no ``sites=`` was named (the sites
     not named stay relaxed by design). Returns the run's token, for :func:`exit_discrete_run`."""
     token = object()
-    _DISCRETE_RUNS.append((token, every_site))
+    _STATE.discrete_runs.append((token, every_site))
     return token
 
 
 def exit_discrete_run(token):
     """... and ends (an exception may have skipped the exits of runs inside it: they go too)."""
-    for i, (running, _) in enumerate(_DISCRETE_RUNS):
+    runs = _STATE.discrete_runs
+    for i, (running, _) in enumerate(runs):
         if running is token:
-            del _DISCRETE_RUNS[i:]
+            del runs[i:]
             return
 
 
@@ -89,7 +124,7 @@ def check_no_relaxed_score(cls_name):
     during it is a reparametrizer's that scores the relaxed site itself (NeuTraReparam,
     StructuredReparam: the site becomes a deterministic function of another latent, with this density
     as a factor), or a factor of the user's, and the discrete graph would hold a relaxed density."""
-    if any(every_site for _, every_site in _DISCRETE_RUNS):  # a handler of every site, at any depth
+    if any(every_site for _, every_site in _STATE.discrete_runs):  # a handler of every site, at any depth
         raise messages.ModelError(
             f"{cls_name}.log_prob was evaluated while discrete(...) ran the model: a relaxed density inside the discrete "
             "graph, so every value computed from it would be the relaxed model's, not the discrete one's. A "

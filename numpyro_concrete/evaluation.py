@@ -6,6 +6,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 
 import contextlib
 import functools
+import threading
 from typing import Any, Callable, Optional
 
 import jax
@@ -47,7 +48,23 @@ from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, gather_last,
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
 
+def _isolated(helper):
+    """The helper's runs of the model and guide hidden from the handlers outside the call (their
+    parameters excepted, which an outer trace collects for training): a helper called inside a
+    model, a ``with relax(...)`` block or a trace computes the value of the model it is given and
+    leaves no site in the caller's trace (an outer ``relax`` turned the discrete graph relaxed again;
+    a traced caller held the helper's sites beside its own)."""
+
+    @functools.wraps(helper)
+    def isolated(*args, **kwargs):
+        with handlers.block(expose_types=["param"]):
+            return helper(*args, **kwargs)
+
+    return isolated
+
+
 @named_errors("marginal_log_likelihood")
+@_isolated
 def marginal_log_likelihood(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> Array:
@@ -84,12 +101,22 @@ def _summed_past_underflow():
     import funsor.cnf
 
     backends = funsor.cnf.BACKEND_TO_LOGSUMEXP_BACKEND
-    previous = backends["jax"]
-    backends["jax"] = "numpyro_concrete._log_einsum"
+    with _SWAP_LOCK:  # counted: helpers of several threads ending in any order give funsor its own back
+        if not _SWAPPED:
+            _SWAPPED.append(backends["jax"])
+            backends["jax"] = "numpyro_concrete._log_einsum"
+        _SWAPPED.append(None)
     try:
         yield
     finally:
-        backends["jax"] = previous
+        with _SWAP_LOCK:
+            _SWAPPED.pop()
+            if len(_SWAPPED) == 1:
+                backends["jax"] = _SWAPPED.pop()
+
+
+_SWAPPED: list = []  # funsor's own backend, then one entry per helper summing with ours
+_SWAP_LOCK = threading.Lock()
 
 
 def _checked_discrete_trace(model, args, kwargs, given):
@@ -105,6 +132,7 @@ def _checked_discrete_trace(model, args, kwargs, given):
 
 
 @named_errors("map_assignment")
+@_isolated
 def map_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> dict[str, Array]:
@@ -121,6 +149,7 @@ def map_assignment(
 
 
 @named_errors("sample_assignment")
+@_isolated
 def sample_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, rng_key: Optional[Array] = None, **kwargs: Any
 ) -> dict[str, Array]:
@@ -343,6 +372,7 @@ class Predictive(numpyro.infer.Predictive):
 
 
 @named_errors("discrete_log_likelihood")
+@_isolated
 def discrete_log_likelihood(
     model: Callable[..., Any],
     guide: Callable[..., Any],

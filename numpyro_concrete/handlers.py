@@ -186,6 +186,16 @@ def _is_index(fn, base, value):
     return bool(jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)))
 
 
+def _visible_outside(handler, msg):
+    """The handlers outside ``handler`` that the site reaches, outermost first: those inside the
+    innermost ``block`` that hides it."""
+    outside = _PYRO_STACK[: _PYRO_STACK.index(handler)]
+    for i in range(len(outside) - 1, -1, -1):
+        if isinstance(outside[i], handlers.block) and outside[i].hide_fn(msg):
+            return outside[i + 1 :]
+    return outside
+
+
 class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
@@ -234,9 +244,11 @@ class DiscreteMessenger(Messenger):
         where the value is not an index of the enumerated site (:func:`_is_index`: what the host's
         infer_discrete substitutes) -- and the value substituted. Such a site is scored by its limit
         at the value, as in sample mode, not enumerated. The outermost handler's value is the one
-        the site takes."""
+        the site takes; a ``block`` that hides the site hides the handlers outside it (a helper
+        called inside a model under the user's condition or replay: the helper's own model is not
+        theirs)."""
         name = msg["name"]
-        for handler in _PYRO_STACK[: _PYRO_STACK.index(self)]:
+        for handler in _visible_outside(self, msg):
             if isinstance(handler, handlers.condition):
                 if handler.condition_fn(msg) is not None if handler.condition_fn is not None else name in handler.data:
                     return True, None

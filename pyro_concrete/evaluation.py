@@ -4,6 +4,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import pyro
@@ -43,7 +44,23 @@ from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, unwrap
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
 
+def _isolated(helper):
+    """The helper's runs of the model and guide hidden from the handlers outside the call (their
+    parameters excepted, which an outer trace collects for training): a helper called inside a
+    model, a ``with relax(...)`` block or a trace computes the value of the model it is given and
+    leaves no site in the caller's trace (an outer ``relax`` turned the discrete graph relaxed again;
+    a traced caller held the helper's sites beside its own)."""
+
+    @functools.wraps(helper)
+    def isolated(*args, **kwargs):
+        with poutine.block(expose_types=["param"]):
+            return helper(*args, **kwargs)
+
+    return isolated
+
+
 @named_errors("marginal_log_likelihood")
+@_isolated
 def marginal_log_likelihood(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> Tensor:
@@ -111,6 +128,7 @@ def _checked_discrete_trace(model, args, kwargs, given):
 
 
 @named_errors("map_assignment")
+@_isolated
 def map_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> dict[str, Tensor]:
@@ -127,6 +145,7 @@ def map_assignment(
 
 
 @named_errors("sample_assignment")
+@_isolated
 def sample_assignment(
     model: Callable[..., Any], *args: Any, params: Optional[dict[str, Any]] = None, given: Optional[dict[str, Any]] = None, **kwargs: Any
 ) -> dict[str, Tensor]:
@@ -267,6 +286,7 @@ def _check_observed_sites(model, args, kwargs):
 
 
 @named_errors("discrete_log_likelihood")
+@_isolated
 def discrete_log_likelihood(
     model: Callable[..., Any],
     guide: Callable[..., Any],

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from pyro import distributions as dist
 from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDistribution
+from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.enum_messenger import EnumMessenger
 from pyro.poutine.messenger import Messenger
@@ -158,6 +159,16 @@ def _is_index(fn, base, value):
     return bool(((value == 0) | (value == 1)).all())
 
 
+def _visible_outside(handler, msg):
+    """The handlers outside ``handler`` that the site reaches, outermost first: those inside the
+    innermost ``block`` that hides it."""
+    outside = _PYRO_STACK[: _PYRO_STACK.index(handler)]
+    for i in range(len(outside) - 1, -1, -1):
+        if isinstance(outside[i], BlockMessenger) and outside[i].hide_fn(msg):
+            return outside[i + 1 :]
+    return outside
+
+
 class DiscreteMessenger(Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
@@ -201,19 +212,22 @@ class DiscreteMessenger(Messenger):
                 "infer_discrete instead of running them inside `with discrete(...)`"
             )
 
-    def _held_outside(self, name, fn, base):
+    def _held_outside(self, msg, base):
         """(held, value): whether a handler outside this one gives the site a value in its own
         sample space, which it takes after the swap -- poutine.condition's data, or replay's trace
         (posterior samples handed back to the host's Importance, Predictive, ...) where the value is
         not an index of the enumerated site (:func:`_is_index`: what the host's infer_discrete
         replays) -- and the replayed value. Such a site is scored by its limit at the value, as in
-        sample mode, not enumerated. The outermost handler's value is the one the site takes."""
-        for handler in _PYRO_STACK[: _PYRO_STACK.index(self)]:
+        sample mode, not enumerated. The outermost handler's value is the one the site takes; a
+        ``block`` that hides the site hides the handlers outside it (a helper called inside a model
+        under the user's condition or replay: the helper's own model is not theirs)."""
+        name = msg["name"]
+        for handler in _visible_outside(self, msg):
             if isinstance(handler, ConditionMessenger) and name in handler.data:
                 return True, None
             if isinstance(handler, ReplayMessenger) and handler.trace is not None and name in handler.trace:
                 value = handler.trace.nodes[name]["value"]
-                return (False, None) if _is_index(fn, base, value) else (True, value)
+                return (False, None) if _is_index(msg["fn"], base, value) else (True, value)
         return False, None
 
     def _pyro_sample(self, msg):
@@ -223,7 +237,7 @@ class DiscreteMessenger(Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        held, replayed = self._held_outside(msg["name"], msg["fn"], base) if self.mode is Mode.ENUMERATE else (False, None)
+        held, replayed = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
         if enumerated and isinstance(base, ONE_HOT):
             pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
