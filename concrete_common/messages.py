@@ -8,6 +8,7 @@ tensors or JAX arrays, read in their own way). Below a public helper or loss, er
 import functools
 import math
 import numbers
+from collections.abc import Mapping
 
 
 def fail(owner, message):
@@ -122,6 +123,22 @@ def check_given(given, sampled):
         raise ModelError(f"given names site(s) {unknown} that the model does not sample")
 
 
+def check_params(params):
+    """A helper's ``params``: None, or a dict from parameter name to value (as the param store or
+    ``svi.get_params`` give)."""
+    if params is not None and not isinstance(params, Mapping):
+        raise ModelError(f"params must be None or a dict from parameter name to value, got {type(params).__name__}")
+
+
+def given_observed_site(site):
+    """``given`` at an observed site: held at a value it would leave the log joint, and the helper
+    would return the value without those observations (0 with no other)."""
+    return ModelError(
+        f"given names the observed site {site!r}: given holds latent sites at values, left out of the log joint; "
+        "observations are the model's data (pass them as its arguments)"
+    )
+
+
 def not_enumerable(site, distribution):
     return ModelError(
         f"discrete latent sites are summed out exactly; site {site!r} holds {distribution}, which is "
@@ -184,9 +201,11 @@ def check_l0(l0):
 
 
 def check_num_particles(num_particles, least=1, name="num_particles"):
-    if not (isinstance(num_particles, int) and not isinstance(num_particles, bool) and num_particles >= least):
+    # any integer, NumPy's too (``for m in 2 ** np.arange(4)``), as the hosts' ELBOs take it
+    if not (isinstance(num_particles, numbers.Integral) and not isinstance(num_particles, bool) and num_particles >= least):
         why = "a positive integer" if least == 1 else f"an integer >= {least} (the leave-one-out baseline needs two)"
         raise ModelError(f"{name} must be {why}, got {num_particles!r}")
+    return int(num_particles)
 
 
 def check_plate_name(plate):
@@ -195,10 +214,30 @@ def check_plate_name(plate):
         raise ModelError(f"plate must be None or the name of a plate (a string), got {plate!r}")
 
 
+def check_plate_of_model(plate, plates):
+    """``plate`` (None, or a name) among ``plates``, the names of the model's plates: a misspelled one
+    was reported as a site outside it, whose remedy (condition the site) was not the user's."""
+    check_plate_name(plate)
+    if plate is not None and plate not in plates:
+        raise ModelError(f"plate {plate!r} is not a plate of the model (its plates: {sorted(plates)})")
+
+
 def outside_plate(site, plate):
     return ModelError(
         f"site {site!r} is outside plate {plate!r}: one value per element of the plate needs every site inside "
         "it; pass plate=None for one value of all observations"
+    )
+
+
+def exact_probability(site, cls_name):
+    """A host's discrete site built from probabilities of exactly 0 or 1: the hosts turn them into
+    logits of +-log(eps) (a mass of 1.2e-7 in float32 where the model says 0), so an exact sum over
+    it, or its relaxation, is not of the model as written."""
+    return ModelError(
+        f"site {site!r} is {cls_name}(probs=...) with a probability of exactly 0 or 1, which the host turns into logits "
+        "of +-log(eps) (a mass of about 1e-7 in float32, not 0): the exact value would not be the model's, and no "
+        "Concrete distribution has a probability of 0; leave the impossible value out of the site's support "
+        "(fewer categories, or a constant in place of a certain coin)"
     )
 
 
@@ -365,6 +404,17 @@ def hard_concrete_in_bound(site):
         "pathwise gradient of an importance-weighted bound misses their share (22-32 % of the gradient of "
         "a gate, with no error), and its score-function gradient is not this loss's; train gates with "
         "L0Objective (its penalty is the closed-form P(gate != 0))"
+    )
+
+
+def l0_other_latents(sites):
+    """``L0Objective`` with latent sites that are not gates: the objective charges gates only, and
+    their prior and entropy (log p - log q) would be left out, with no error (a Bayesian weight's
+    guide then shrank to a point, whatever its prior)."""
+    return ValueError(
+        f"L0Objective: site(s) {sites} are latents other than the guide's HardConcrete gates; the objective is -E log p(observations | "
+        "gates) + l0 * E||gates||_0 and would leave out their prior and entropy, whatever the prior; hold them as "
+        "parameters (deterministic weights, as the L0 paper trains), or train with an ELBO"
     )
 
 

@@ -221,3 +221,12 @@ def logit(x):
     end = (x == 0) | (x == 1)
     inside = jnp.where(end, 0.5, x)
     return jnp.where(end, jnp.where(x == 0, -jnp.inf, jnp.inf), jnp.log(inside) - jnp.log1p(-inside))
+
+
+def floating(value, like):
+    """A value of integer or bool dtype (``jax.nn.one_hot``'s of an int dtype, a label) in ``like``'s
+    dtype, so that it meets the distributions' own checks (the boundary's message) rather than a
+    host's error about its dtype; anything else as given."""
+    if hasattr(value, "dtype") and not jnp.issubdtype(value.dtype, jnp.inexact):
+        return jnp.asarray(value, like.dtype)
+    return value

@@ -24,7 +24,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, has_exact_probability, rewrap, unwrap
 
 
 def _varying_axes(x):
@@ -56,6 +56,7 @@ def varying_like(params, *inputs):
 
 
 def with_params(fn, params):
+    messages.check_params(params)
     return fn if params is None else handlers.substitute(fn, data=params)
 
 
@@ -73,6 +74,8 @@ class _GivenMessenger(Messenger):
 
     def process_message(self, msg):
         if msg["type"] == "sample" and msg["name"] in self.given:
+            if msg["is_observed"]:
+                raise messages.given_observed_site(msg["name"])
             msg["value"] = jnp.asarray(self.given[msg["name"]])
             msg["is_observed"] = True
             msg["fn"] = msg["fn"].mask(False)
@@ -187,6 +190,8 @@ def check_all_latents_discrete(trace):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
         if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
             raise messages.sequential_enumeration(site["name"])
+        if not site["is_observed"] and has_exact_probability(base := unwrap(site["fn"])[0]):
+            raise messages.exact_probability(site["name"], type(base).__name__)
 
 
 def check_full_data(trace):
@@ -617,7 +622,7 @@ def importance_bound(model, guide, rng_key, args, kwargs, *, num_particles, plat
     size: :func:`plate_subsampling`). ``globals_given``: the discrete graph's bound, with globals
     conditioned (see :func:`log_weights`); ``check``, if given, is called with the (model, guide)
     traces first."""
-    messages.check_num_particles(num_particles)
+    num_particles = messages.check_num_particles(num_particles)
     scales = []  # s, read off the traces while vmap traces them (static)
     model, guide, rng_key = same_subsample(model, guide, rng_key, num_particles)
 

@@ -233,6 +233,7 @@ class Concrete(_NaryConcrete):
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
@@ -289,6 +290,7 @@ class ExpConcrete(_NaryConcrete):
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         self._check_value_shape(value)
         if self._carried(value, (Kind.LOG_SIMPLEX,)) is not None:  # an own sample: no -inf entries
             return _numerics.exp_concrete_log_prob_interior(value, self.logits, self.temperature)
@@ -360,6 +362,7 @@ class BinConcrete(_BinaryConcrete):
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         self._check_value_shape(value)
         y = self._carried(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), intermediates)
         if y is not None:  # an own sample (in the support by construction): its exact logit
@@ -418,6 +421,7 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def log_prob(self, value: ArrayLike, intermediates: Optional[list[Array]] = None) -> Array:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         self._check_value_shape(value)
         log_prob = _numerics.logit_bin_concrete_log_prob(value, self.logits, self.temperature)
         if self._carried(value, (Kind.REAL,)) is not None:  # an own sample

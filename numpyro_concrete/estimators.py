@@ -549,7 +549,7 @@ class RELAX(_ControlVariateLoss):
 
     def __init__(self, plate: Optional[str] = None, control_variate: Optional[Callable[..., Any]] = None, hidden: int = 32) -> None:
         super().__init__(plate=plate)
-        messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
+        hidden = messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
         self.control_variate, self.hidden = control_variate or self._default_network, hidden
 
     def _default_network(self, features):
@@ -653,7 +653,7 @@ class GumbelRao(_DiscreteGraphLoss):
 
     @named_errors()
     def __init__(self, plate: Optional[str] = None, num_samples: int = 10) -> None:
-        messages.check_num_particles(num_samples, name="num_samples")
+        num_samples = messages.check_num_particles(num_samples, name="num_samples")
         super().__init__(plate=plate)
         self.num_samples = num_samples
 

@@ -6,6 +6,7 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 
 import contextlib
 import functools
+import math
 import threading
 from typing import Any, Callable, Optional
 
@@ -19,7 +20,7 @@ from jax import Array
 from numpyro import handlers
 from numpyro.primitives import Messenger
 
-from concrete_common import evaluating
+from concrete_common import evaluating, messages
 from concrete_common.common_scale import joint_scale
 from concrete_common.messages import named_errors
 
@@ -43,7 +44,7 @@ from ._traces import (
     with_given,
     with_params,
 )
-from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, gather_last, unwrap
+from .handlers import CONCRETE_FAMILY, DiscreteMessenger, discrete, gather_last, rewrap, unwrap
 
 __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Predictive", "discrete_log_likelihood"]
 
@@ -183,7 +184,11 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
         nesting = max_plate_nesting(checked)
         swap = DiscreteMessenger(conditioned, mode="enumerate")
         unscaled = CommonScale(swap, given)  # p(z | x), not p(z | x)^s normalized
-        enumerated = SummedWithPriorMasses(config_enumerate(unscaled))
+        if temperature == 0:  # the MAP: a masked-out site contributes nothing (see DiscreteMessenger.masks_kept)
+            swap.masks_kept = True
+            enumerated = config_enumerate(unscaled)
+        else:  # a draw from the posterior: a masked-out site drawn from its prior
+            enumerated = SummedWithPriorMasses(config_enumerate(unscaled))
         if by_max_product:
             return _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs)
         decoded = infer_discrete(enumerated, first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
@@ -191,7 +196,7 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
             traced = handlers.trace(decoded).get_trace(*args, **kwargs)
         to_value = swap.index_to_value
         return {
-            site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+            site["name"]: to_value.get(site["name"], lambda v: v)(_decoded_shape(site))
             for site in sample_sites(traced)
             if not site["is_observed"]
         }
@@ -207,6 +212,13 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
             fallback = _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
             return {name: jnp.where(unique, value, fallback[name]).astype(jnp.result_type(value)) for name, value in decoded.items()}
     return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+
+
+def _decoded_shape(site):
+    """The decoded value in its site's shape: ``infer_discrete`` drops a plate dimension of size 1
+    (a last minibatch of one point), which the value of every other size keeps."""
+    value, shape = jnp.asarray(site["value"]), tuple(site["fn"].shape())
+    return value.reshape(shape) if value.shape != shape and value.size == math.prod(shape) else value
 
 
 def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs):
@@ -230,7 +242,8 @@ def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs):
 
     zeros = {name: jnp.zeros(fn.batch_shape + (_support(fn).shape[0],)) for name, fn in latents.items()}
     indicators = jax.grad(max_log_joint)(zeros)
-    unique = jnp.all(jnp.stack([jnp.all(jnp.max(g, -1) > 0.999) for g in indicators.values()])) if indicators else True
+    # an element's indicators sum to 1, or to 0 where it is masked out (its value is the MAP's at any k)
+    unique = jnp.all(jnp.stack([jnp.all((jnp.max(g, -1) > 0.999) | (jnp.sum(g, -1) < 1e-3)) for g in indicators.values()])) if indicators else True
     decoded = {}
     for name, fn in latents.items():
         value = _support(fn)[jnp.argmax(indicators[name], -1)]
@@ -254,7 +267,8 @@ class _Potentials(Messenger):
 
     def process_message(self, msg):
         if msg["type"] == "sample" and not msg["is_observed"] and msg["name"] in self.potentials:
-            msg["fn"] = _WithPotential(msg["fn"], self.potentials[msg["name"]])
+            base, wrappers = unwrap(msg["fn"])  # inside the site's masks: masked out, no potential either
+            msg["fn"] = rewrap(_WithPotential(base, self.potentials[msg["name"]]), wrappers)
 
 
 class _WithPotential(dist.Distribution):
@@ -357,18 +371,27 @@ class Predictive(numpyro.infer.Predictive):
         if self._swap is None:
             return samples
         to_value = self._swap.index_to_value  # filled while the swapped model ran
-        return {name: to_value[name](value) if name in to_value else value for name, value in samples.items()}
+        return {name: self._in_shape(to_value[name](value), relaxed[name]) if name in to_value else value for name, value in samples.items()}
+
+    def _in_shape(self, value, shape):
+        """The draws of a site with its plate dimensions: the host's ``infer_discrete`` drops one of size
+        1 (a last minibatch of one point)."""
+        leading = value.shape[: self.batch_ndims]
+        if value.shape[len(leading) :] != shape and math.prod(leading) * math.prod(shape) == value.size:
+            return value.reshape(leading + shape)
+        return value
 
     def _relaxed_sites(self, rng_key, args, kwargs):
-        """The names of the model's Concrete-family sites: the guide's draws of them (an autoguide's
-        transformed Normal or Delta) are hidden, so that they are drawn, and returned, as the others."""
+        """The model's Concrete-family sites, ``{name: value shape}``: the guide's draws of them (an
+        autoguide's transformed Normal or Delta) are hidden, so that they are drawn, and returned, as
+        the others."""
         # batched over their first axis where the host batches them: batch_ndims 1, with a guide
         batched = self.batch_ndims != 0 and self.params and self.guide is not None
         params = jax.tree_util.tree_map(lambda x: x[0], self.params) if batched else self.params
         traced = trace(handlers.substitute(held_as_observed(self._relaxed_model), data=params), rng_key, args, kwargs)
         check_full_data(traced)  # as the other exact helpers (the host's discrete draws asked for a key)
         check_observed_densities(traced)
-        return {site["name"] for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
+        return {site["name"]: tuple(jnp.shape(site["value"])) for site in sample_sites(traced) if not site["is_observed"] and _is_relaxed_sample(site)}
 
 
 @named_errors("discrete_log_likelihood")
@@ -429,7 +452,9 @@ def discrete_log_likelihood(
     model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
     for fn in (model, guide):
         check_scan(fn, args, kwargs)
-    check_observed_densities(trace(model, key, args, kwargs))  # an observed site's value and class do not depend on the draw
+    traced = trace(model, key, args, kwargs)
+    check_observed_densities(traced)  # an observed site's value and class do not depend on the draw
+    messages.check_plate_of_model(plate, {frame.name for site in sample_sites(traced) for frame in site["cond_indep_stack"]})
     discretized, hidden, marginals, held_values = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
     guide = marginalize(handlers.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)

@@ -27,6 +27,7 @@ from numpyro.primitives import _PYRO_STACK, Messenger
 
 from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
+from concrete_common.named_sites import NamedSites
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
@@ -186,6 +187,23 @@ def _is_index(fn, base, value):
     return bool(jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)))
 
 
+def has_exact_probability(base):
+    """Whether ``base``, one of the host's Bernoulli / Categorical (one-hot too), was built from
+    probabilities with an exact 0 or 1 (:func:`concrete_common.messages.exact_probability`); one built
+    from logits is exact at any value of them. Inside ``jit`` the values cannot be read: False."""
+    if type(base) not in (dist.BernoulliProbs, dist.CategoricalProbs):  # the host's own: they clamp
+        return False
+    if isinstance(base.probs, jax.core.Tracer):
+        return False
+    return bool(jnp.any((base.probs == 0) | (base.probs == 1)))
+
+
+def _infinite(logits):
+    """Logits of -inf (a probability of exactly 0, which a Concrete distribution cannot have), where
+    they can be read (eagerly)."""
+    return logits is not None and not isinstance(logits, jax.core.Tracer) and bool(jnp.any(jnp.isinf(logits)))
+
+
 def _visible_outside(handler, msg):
     """The handlers outside ``handler`` that the site reaches, outermost first: those inside the
     innermost ``block`` that hides it."""
@@ -196,7 +214,23 @@ def _visible_outside(handler, msg):
     return outside
 
 
-class DiscreteMessenger(Messenger):
+class _NamingSites:
+    """``sites=`` checked against each run's sample sites (:class:`NamedSites`), entered as a
+    ``with`` block or as the wrapper of a model alike."""
+
+    _named: NamedSites
+
+    def __enter__(self):
+        self._named.start()
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        result = super().__exit__(exc_type, exc_value, traceback)
+        self._named.end(exc_type is None)
+        return result
+
+
+class DiscreteMessenger(_NamingSites, Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/``ExpandedDistribution`` wrappers; observed sites, scale, subsampling and
@@ -211,7 +245,12 @@ class DiscreteMessenger(Messenger):
     ) -> None:
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
+        self._named = NamedSites(self.sites, "discrete")
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
+        # the MAP decodings keep an enumerated site's mask: a masked-out site contributes nothing to
+        # max_z log p, where its prior masses would contribute max_k p(k | parents), not 1 (biasing its
+        # parents); the sums drop it, summing the site with its prior masses (a total of 1)
+        self.masks_kept = False
         super().__init__(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -264,6 +303,7 @@ class DiscreteMessenger(Messenger):
 
     def process_message(self, msg: dict) -> None:
         if msg["type"] == "sample":  # filled again below if the site is enumerated in this run
+            self._named.saw(msg["name"])
             self.index_to_value.pop(msg["name"], None)
         if not _selected(msg, self.sites):
             return
@@ -292,7 +332,8 @@ class DiscreteMessenger(Messenger):
             index_dist, self.index_to_value[msg["name"]] = _index_distribution(base)
             # an enumerated site's values are summed out with their prior masses; a mask applies
             # to the rest of the model (NumPyro's TraceEnum_ELBO drops it here too)
-            wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
+            if not self.masks_kept:
+                wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
             msg["fn"] = rewrap(index_dist, wrappers)
             msg["infer"] = {**(msg["infer"] or {}), "enumerate": "parallel"}  # never mutate the user's dict
             return
@@ -343,7 +384,8 @@ def discrete(
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param str mode: "sample", "enumerate" or "argmax".
-    :param sites: None (every Concrete-family site), a site name, or a collection of names.
+    :param sites: None (every Concrete-family site), a site name, or a collection of names (a name
+        that no sample site of a run has raises a ValueError after the run).
     """
     return DiscreteMessenger(fn, mode=mode, sites=sites)
 
@@ -351,7 +393,7 @@ def discrete(
 # ----------------------------------------------------------------------------- relax
 
 
-class RelaxMessenger(Messenger):
+class RelaxMessenger(_NamingSites, Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
     def __init__(
@@ -364,6 +406,7 @@ class RelaxMessenger(Messenger):
             )
         self.temperature = temperature
         self.sites = _site_set(sites, "relax")
+        self._named = NamedSites(self.sites, "relax")
         super().__init__(fn)
 
     def _temperature(self, msg):
@@ -376,9 +419,13 @@ class RelaxMessenger(Messenger):
         return self.temperature
 
     def process_message(self, msg: dict) -> None:
+        if msg["type"] == "sample":
+            self._named.saw(msg["name"])
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
+        if has_exact_probability(base) or _infinite(base.logits if isinstance(base, (OneHotCategorical, dist.BernoulliLogits, dist.BernoulliProbs)) else None):
+            raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
         if isinstance(base, OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, (dist.BernoulliLogits, dist.BernoulliProbs)):
@@ -411,6 +458,6 @@ def relax(
         message and returning the site's temperature.
     :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
         alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
-        the simplex stands for an integer value).
+        the simplex stands for an integer value; so does a name that no sample site of a run has).
     """
     return RelaxMessenger(fn, temperature=temperature, sites=sites)

@@ -63,6 +63,7 @@ class ImportanceWeightedELBO(ELBO):
 
     @named_errors()
     def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
+        num_particles = messages.check_num_particles(num_particles)
         super().__init__(num_particles=num_particles)
         messages.check_plate_name(plate)
         self.plate = plate
@@ -120,7 +121,7 @@ class VIMCO(ImportanceWeightedELBO):
 
     @named_errors()
     def __init__(self, num_particles: int = 2, plate: Optional[str] = None) -> None:
-        messages.check_num_particles(num_particles, least=2)
+        num_particles = messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
     @named_errors()
@@ -336,6 +337,10 @@ class L0Objective(ELBO):
         gates = [site for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete)]
         if not gates:
             raise messages.no_gates()
+        others = [site["name"] for site in sample_sites(guide_trace) if not site["is_observed"] and site not in gates]
+        others += [site["name"] for site in model_only_latents(model_trace, guide_trace)]
+        if others:
+            raise messages.l0_other_latents(sorted(set(others)))
         expected_l0 = sum(_expected_open_gates(site) for site in gates)
         return {"loss": -log_likelihood + self.l0 * expected_l0, "mutable_state": None}
 

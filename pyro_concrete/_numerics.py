@@ -245,3 +245,12 @@ def logit(x):
     inside = x.masked_fill(end, 0.5)
     return (torch.log(inside) - torch.log1p(-inside)).masked_fill(end, math.inf).masked_fill(x == 0, -math.inf)
 
+
+
+def floating(value, like):
+    """A value of integer or bool dtype (``F.one_hot(y, K)`` as a label) in ``like``'s dtype, so that
+    it meets the distributions' own checks (the boundary's message) rather than a host's error about
+    its dtype; anything else as given."""
+    if torch.is_tensor(value) and not value.is_floating_point() and not value.is_complex():
+        return value.to(like.dtype)
+    return value

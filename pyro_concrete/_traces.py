@@ -26,7 +26,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, has_exact_probability, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
 
@@ -52,6 +52,7 @@ def with_params(fn, params):
     use are expected, so Pyro's warning about them is silenced). A ``PyroModule``'s plain
     ``nn.Parameter`` attributes named in ``params`` are swapped in for the call
     (``torch.func.functional_call``; see :func:`_module_overrides`)."""
+    messages.check_params(params)
     if params is None:
         return fn
     overrides = _module_overrides(fn, params)
@@ -81,6 +82,8 @@ class _GivenMessenger(Messenger):
 
     def _pyro_sample(self, msg):
         if msg["name"] in self.given:
+            if msg["is_observed"]:
+                raise messages.given_observed_site(msg["name"])
             msg["value"] = _as_value_of(self.given[msg["name"]], msg["fn"])
             msg["is_observed"] = True
             # masked in the distribution, whose log_prob is then never evaluated: a relaxed site given at
@@ -278,6 +281,8 @@ def check_all_latents_discrete(trace):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
         if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
             raise messages.sequential_enumeration(site["name"])
+        if not site["is_observed"] and has_exact_probability(base := unwrap(site["fn"])[0]):
+            raise messages.exact_probability(site["name"], type(base).__name__)
 
 
 def check_full_data(trace):
@@ -652,7 +657,7 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
     a plate left of the model's plates: a scalar, or one bound per element of ``plate`` (of a
     subsampled plate, scaled to its size: :func:`plate_subsampling`). ``globals_given``: the discrete
     graph's per-element bound, with globals conditioned (see :func:`log_weights`)."""
-    messages.check_num_particles(num_particles)
+    num_particles = messages.check_num_particles(num_particles)
     scales = []  # s, from the first traces drawn (see plate_subsampling)
 
     def weights(count, model=model, guide=guide):
@@ -661,7 +666,9 @@ def importance_bound(model, guide, args, kwargs, *, num_particles, plate, max_pl
         )
         if not scales:
             scales.append(plate_subsampling((model_trace, guide_trace), plate, num_particles))
-        return log_weights(model_trace, guide_trace, particle_dim, plate, globals_given=globals_given)
+        weight = log_weights(model_trace, guide_trace, particle_dim, plate, globals_given=globals_given)
+        # a model and guide with no site: log 1 per particle, as NumPyro's sum of no terms gives
+        return weight if torch.is_tensor(weight) else torch.zeros(count or 1, dtype=torch.get_default_dtype())
 
     if num_particles == 1:  # one particle: the model as written, no particle plate
         return torch.logsumexp(weights(None), dim=0)

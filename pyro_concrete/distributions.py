@@ -194,6 +194,7 @@ class Concrete(_NaryConcrete):
 
     def log_prob(self, value: Tensor) -> Tensor:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         y = carry.scoring_coordinates(value, (Kind.LOG, Kind.STRAIGHT_THROUGH_LOG), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact coordinates
             return _numerics.concrete_log_prob(y, self.logits, self._kernel_temperature)
@@ -249,6 +250,7 @@ class ExpConcrete(_NaryConcrete):
 
     def log_prob(self, value: Tensor) -> Tensor:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         # an own sample is its own coordinates (NaN without validation if its memory changed): the
         # lookup spares it validation and the boundary's masks (three passes over it)
         own = carry.scoring_coordinates(value, (Kind.LOG_SIMPLEX,), self._validate_args)
@@ -322,6 +324,7 @@ class BinConcrete(_BinaryConcrete):
 
     def log_prob(self, value: Tensor) -> Tensor:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         y = carry.scoring_coordinates(value, (Kind.LOGIT, Kind.STRAIGHT_THROUGH_LOGIT), self._validate_args)
         if y is not None:  # an own sample (in the support by construction): its exact logit
             log_prob = _numerics.bin_concrete_log_prob(y, self.logits, self._kernel_temperature)
@@ -380,6 +383,7 @@ class LogitBinConcrete(_BinaryConcrete):
 
     def log_prob(self, value: Tensor) -> Tensor:
         evaluating.check_no_relaxed_score(type(self).__name__)
+        value = _numerics.floating(value, self.logits)  # an integer one-hot label: the boundary's message
         # an own sample is its own coordinates: the lookup only spares it validation
         if self._validate_args and carry.scoring_coordinates(value, (Kind.REAL,)) is None:
             self._validate(value)

@@ -549,7 +549,12 @@ class RELAX(_ControlVariateLoss):
 
     def __init__(self, plate: Optional[str] = None, control_variate: Optional[nn.Module] = None, hidden: int = 32) -> None:
         super().__init__(plate=plate)
-        messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
+        hidden = messages.check_num_particles(hidden, name="RELAX: hidden")  # the default network's width
+        if control_variate is not None and not isinstance(control_variate, nn.Module):  # its parameters are trained
+            raise ValueError(
+                f"RELAX: control_variate must be an nn.Module (whose parameters are trained), got {type(control_variate).__name__}; "
+                "wrap a function in a module"
+            )
         self.control_variate, self.hidden = control_variate, hidden
         self._width = None  # the default network's number of features, once built
 
@@ -636,7 +641,7 @@ class GumbelRao(_DiscreteGraphLoss):
 
     @named_errors()
     def __init__(self, plate: Optional[str] = None, num_samples: int = 10) -> None:
-        messages.check_num_particles(num_samples, name="num_samples")
+        num_samples = messages.check_num_particles(num_samples, name="num_samples")
         super().__init__(plate=plate)
         self.num_samples = num_samples
 

@@ -17,7 +17,7 @@ from pyro.ops import packed
 from pyro.ops.contract import contract_tensor_tree
 from torch import Tensor
 
-from concrete_common import evaluating
+from concrete_common import evaluating, messages
 from concrete_common.common_scale import joint_scale
 from concrete_common.messages import named_errors
 
@@ -248,17 +248,27 @@ def _assignment(model, args, kwargs, params, given, temperature):
     _check_common_scale(model, args, kwargs, given)
     with torch.no_grad(), poutine.block():
         swap = DiscreteMessenger(mode="enumerate")
-        decoded = infer_discrete(
-            SummedWithPriorMasses()(config_enumerate(swap(model))), first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature
-        )
+        enumerated = config_enumerate(swap(model))
+        if temperature == 0:  # the MAP: a masked-out site contributes nothing (see DiscreteMessenger.masks_kept)
+            swap.masks_kept = True
+        else:  # a draw from the posterior: a masked-out site drawn from its prior
+            enumerated = SummedWithPriorMasses()(enumerated)
+        decoded = infer_discrete(enumerated, first_available_dim=-1 - max_plate_nesting(trace), temperature=temperature)
         with evaluating.discrete_graph("the decoding", runtime=pyro.poutine.runtime):
             trace = poutine.trace(decoded).get_trace(*args, **kwargs)
     to_value = swap.index_to_value
     return {
-        site["name"]: to_value.get(site["name"], lambda v: v)(site["value"])
+        site["name"]: to_value.get(site["name"], lambda v: v)(_decoded_shape(site))
         for site in sample_sites(trace)
         if not site["is_observed"]
     }
+
+
+def _decoded_shape(site):
+    """The decoded value in its site's shape: ``infer_discrete`` drops a plate dimension of size 1
+    (a last minibatch of one point), which the value of every other size keeps."""
+    value, shape = site["value"], site["fn"].shape()
+    return value.reshape(shape) if value.shape != shape and value.numel() == shape.numel() else value
 
 
 def _check_common_scale(model, args, kwargs, given):
@@ -274,13 +284,16 @@ def _check_common_scale(model, args, kwargs, given):
         pyro.util.set_rng_state(state)
 
 
-def _check_observed_sites(model, args, kwargs):
+def _check_observed_sites(model, args, kwargs, plate):
     """``check_observed_densities`` on one run of the model (an observed site's value and class do
-    not depend on the latents' draw), with the random state left as it was."""
+    not depend on the latents' draw), and ``plate`` one of its plates, with the random state left as
+    it was."""
     state = pyro.util.get_rng_state()
     try:
         with torch.no_grad(), poutine.block():
-            check_observed_densities(poutine.trace(model).get_trace(*args, **kwargs))
+            traced = poutine.trace(model).get_trace(*args, **kwargs)
+        check_observed_densities(traced)
+        messages.check_plate_of_model(plate, {frame.name for site in sample_sites(traced) for frame in site["cond_indep_stack"]})
     finally:
         pyro.util.set_rng_state(state)
 
@@ -342,7 +355,7 @@ def discrete_log_likelihood(
     """
     autoguide = guide
     model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
-    _check_observed_sites(model, args, kwargs)
+    _check_observed_sites(model, args, kwargs, plate)
     discretized, hidden, marginals, nesting, held_values = proposal(model, guide, args, kwargs, autoguide, given)
     guide = marginalize(poutine.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)

@@ -28,9 +28,11 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.replay_messenger import ReplayMessenger
 from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.trace_messenger import TraceMessenger
+from pyro.poutine.util import site_is_subsample
 
 from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
+from concrete_common.named_sites import NamedSites
 
 from ._carry import _traced
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
@@ -159,6 +161,28 @@ def _is_index(fn, base, value):
     return bool(((value == 0) | (value == 1)).all())
 
 
+def has_exact_probability(base):
+    """Whether ``base``, one of the host's Bernoulli / Categorical / OneHotCategorical, was built from
+    probabilities with an exact 0 or 1 (:func:`concrete_common.messages.exact_probability`): its
+    probabilities and its (clamped) logits disagree there. One built from logits is exact at any
+    value of them (its probabilities are computed from them, 0 only where their exp is)."""
+    if not isinstance(base, (torch.distributions.Bernoulli, torch.distributions.Categorical, torch.distributions.OneHotCategorical)):
+        return False
+    if _traced() or torch._C._is_tracing():
+        return False
+    with torch.no_grad():
+        probs, logits = base.probs, base.logits
+        if isinstance(base, torch.distributions.Bernoulli):
+            return bool((((probs == 1) & (torch.sigmoid(logits) < 1)) | ((probs == 0) & (torch.sigmoid(logits) > 0))).any())
+        return bool(((probs == 0) & (logits.exp() > 0)).any())
+
+
+def _infinite(logits):
+    """Logits of -inf (a probability of exactly 0, which a Concrete distribution cannot have), where
+    they can be read (eagerly)."""
+    return logits is not None and not (_traced() or torch._C._is_tracing()) and bool(torch.isinf(logits).any())
+
+
 def _visible_outside(handler, msg):
     """The handlers outside ``handler`` that the site reaches, outermost first: those inside the
     innermost ``block`` that hides it."""
@@ -169,7 +193,23 @@ def _visible_outside(handler, msg):
     return outside
 
 
-class DiscreteMessenger(Messenger):
+class _NamingSites:
+    """``sites=`` checked against each run's sample sites (:class:`NamedSites`), entered as a
+    ``with`` block or as the wrapper of a model alike."""
+
+    _named: NamedSites
+
+    def __enter__(self):
+        self._named.start()
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        result = super().__exit__(exc_type, exc_value, traceback)
+        self._named.end(exc_type is None)
+        return result
+
+
+class DiscreteMessenger(_NamingSites, Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/expand wrappers; observed sites, scale, subsampling and plates are left
@@ -182,7 +222,12 @@ class DiscreteMessenger(Messenger):
     def __init__(self, mode: str = "sample", sites: Optional[Union[str, Iterable[str]]] = None) -> None:
         self.mode = check_mode("discrete", mode)
         self.sites = _site_set(sites, "discrete")
+        self._named = NamedSites(self.sites, "discrete")
         self.index_to_value: dict[str, Callable[[Any], Any]] = {}
+        # the MAP decodings keep an enumerated site's mask: a masked-out site contributes nothing to
+        # max_z log p, where its prior masses would contribute max_k p(k | parents), not 1 (biasing its
+        # parents); the sums drop it, summing the site with its prior masses (a total of 1)
+        self.masks_kept = False
         super().__init__()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -231,6 +276,8 @@ class DiscreteMessenger(Messenger):
         return False, None
 
     def _pyro_sample(self, msg):
+        if not site_is_subsample(msg):
+            self._named.saw(msg["name"])
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if self.mode is Mode.ENUMERATE and msg["is_observed"]:
             _broadcast_deterministic(msg)
@@ -240,7 +287,9 @@ class DiscreteMessenger(Messenger):
         held, replayed = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
         if enumerated and isinstance(base, ONE_HOT):
-            pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
+            # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
+            if has_exact_probability(base):
+                raise messages.exact_probability(msg["name"], type(base).__name__)
         elif not isinstance(base, CONCRETE_FAMILY):
             return
         if enumerated:
@@ -255,8 +304,9 @@ class DiscreteMessenger(Messenger):
             # an enumerated site's values are summed out with their prior masses; a mask applies
             # to the rest of the model (as NumPyro's TraceEnum_ELBO does; Pyro's would weight the
             # values of a masked-out data point equally and add log K)
-            wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
-            msg["mask"] = None
+            if not self.masks_kept:
+                wrappers = [(method, argument) for method, argument in wrappers if method != "mask"]
+                msg["mask"] = None
             msg["fn"] = rewrap(index_dist, wrappers)
             msg["infer"] = {**(msg["infer"] or {}), "enumerate": "parallel"}  # never mutate the user's dict
             return
@@ -307,7 +357,8 @@ def discrete(
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param str mode: "sample", "enumerate" or "argmax".
-    :param sites: None (every Concrete-family site), a site name, or a collection of names.
+    :param sites: None (every Concrete-family site), a site name, or a collection of names (a name
+        that no sample site of a run has raises a ValueError after the run).
     """
     messenger = DiscreteMessenger(mode=mode, sites=sites)
     return messenger if fn is None else messenger(fn)
@@ -316,7 +367,7 @@ def discrete(
 # ----------------------------------------------------------------------------- relax
 
 
-class RelaxMessenger(Messenger):
+class RelaxMessenger(_NamingSites, Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
     def __init__(self, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None) -> None:
@@ -327,6 +378,7 @@ class RelaxMessenger(Messenger):
             )
         self.temperature = temperature
         self.sites = _site_set(sites, "relax")
+        self._named = NamedSites(self.sites, "relax")
         super().__init__()
 
     def _temperature(self, msg):
@@ -339,9 +391,13 @@ class RelaxMessenger(Messenger):
         return self.temperature
 
     def _pyro_sample(self, msg):
+        if not site_is_subsample(msg):
+            self._named.saw(msg["name"])
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
+        if has_exact_probability(base) or _infinite(base.logits if isinstance(base, (torch.distributions.OneHotCategorical, torch.distributions.Bernoulli)) else None):
+            raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
         if isinstance(base, torch.distributions.OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, torch.distributions.Bernoulli):
@@ -371,7 +427,7 @@ def relax(
         message and returning the site's temperature.
     :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
         alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
-        the simplex stands for an integer value).
+        the simplex stands for an integer value; so does a name that no sample site of a run has).
     """
     messenger = RelaxMessenger(temperature=temperature, sites=sites)
     return messenger if fn is None else messenger(fn)

@@ -80,6 +80,7 @@ class ImportanceWeightedELBO(_DifferentiableLoss):
 
     @named_errors()
     def __init__(self, num_particles: int = 1, plate: Optional[str] = None) -> None:
+        num_particles = messages.check_num_particles(num_particles)
         super().__init__(num_particles=num_particles, vectorize_particles=True)
         messages.check_plate_name(plate)
         self.plate = plate
@@ -140,7 +141,7 @@ class VIMCO(ImportanceWeightedELBO):
 
     @named_errors()
     def __init__(self, num_particles: int = 2, plate: Optional[str] = None) -> None:
-        messages.check_num_particles(num_particles, least=2)
+        num_particles = messages.check_num_particles(num_particles, least=2)
         super().__init__(num_particles=num_particles, plate=plate)
 
     def _check_traces(self, model_trace, guide_trace):
@@ -315,6 +316,10 @@ class L0Objective(_DifferentiableLoss):
         gates = [site for site in sample_sites(guide_trace) if isinstance(unwrap(site["fn"])[0], HardConcrete)]
         if not gates:
             raise messages.no_gates()
+        others = [site["name"] for site in sample_sites(guide_trace) if not site["is_observed"] and site not in gates]
+        others += [site["name"] for site in model_only_latents(model_trace, guide_trace)]
+        if others:
+            raise messages.l0_other_latents(sorted(set(others)))
         expected_l0 = sum(_expected_open_gates(site) for site in gates)
         return -log_likelihood + self.l0 * expected_l0
 

@@ -233,6 +233,21 @@ def test_discrete_data_under_a_relaxed_site_raises_naming_the_discrete_counterpa
     np.testing.assert_allclose(masses, expected, rtol=1e-10)
 
 
+@pytest.mark.parametrize("name, dtype", [("Concrete", "int64"), ("Concrete", "bool"), ("BinConcrete", "int64"), ("BinConcrete", "bool")])
+def test_discrete_data_of_an_integer_dtype_is_discrete_data(backend, name, dtype):
+    """A label as ``one_hot(y, K)`` (an integer dtype) or a bool mask: the hosts' errors about the
+    dtype (torch.finfo of an integer type, negation of a bool tensor, NumPy's "not inexact") came
+    before the message that names .discrete(); it is the same data as its float copy now, refused
+    alike under validation and scored alike without."""
+    logits, values = DISCRETE_DATA[name]
+    boundary = values[1:]
+    with pytest.raises(ValueError, match=rf"{name}\.log_prob: .* density is only a limit"):
+        backend.make(name, 0.5, logits=logits, validate_args=True).log_prob(backend.array(boundary, dtype))
+    unvalidated = backend.make(name, 2.0 if name == "Concrete" else 1.0, logits=logits, validate_args=False)
+    np.testing.assert_array_equal(backend.numpy(unvalidated.log_prob(backend.array(boundary, dtype))),
+                                  backend.numpy(unvalidated.log_prob(backend.array(boundary))))
+
+
 def test_numpyro_eager_straight_through_sample_under_a_relaxed_prior_raises():
     """NumPyro, eagerly (``svi.evaluate`` outside ``jit``): the guide's straight-through one-hot
     reaches the model's Concrete prior without its relaxed coordinates (only a traced value carries
@@ -334,3 +349,17 @@ def test_the_losses_constructor_arguments_raise_naming_them(backend, name):
             with pytest.raises(ValueError, match=rf"^RELAX: hidden must be a positive integer, got {hidden!r}$"):
                 cls(hidden=hidden)
         assert cls(hidden=1).hidden == 1
+        assert cls(hidden=np.int64(3)).hidden == 3
+
+
+@pytest.mark.parametrize("name, least", [("ImportanceWeightedELBO", 1), ("VIMCO", 2)])
+def test_num_particles_is_checked_at_construction_and_takes_numpy_integers(backend, name, least):
+    """``for m in 2 ** np.arange(4)``: NumPy's integers were refused ("must be an integer >= 2, got
+    np.int64(4)"), which the hosts' ELBOs take; ImportanceWeightedELBO(num_particles=0) was built, to
+    fail at the first step."""
+    cls = getattr(backend.lib, name)
+    for bad in (0, -2, 2.0, None):
+        with pytest.raises(ValueError, match=rf"^{name}: num_particles must be "):
+            cls(num_particles=bad)
+    assert cls(num_particles=np.int64(4)).num_particles == 4
+

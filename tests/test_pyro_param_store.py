@@ -169,3 +169,10 @@ def test_differentiable_loss_gives_the_estimator_and_nothing_to_the_tunables(nam
         else:
             assert expected[key].abs().max() > 0
             torch.testing.assert_close(grad, expected[key], rtol=1e-9, atol=1e-12)
+
+
+def test_relax_refuses_a_control_variate_that_is_not_a_module():
+    """NumPyro's RELAX takes a function; Pyro's trains the network's parameters, so a function was
+    taken and failed at the first step with an AttributeError about ``named_parameters``."""
+    with pytest.raises(ValueError, match=r"^RELAX: control_variate must be an nn.Module .* got function"):
+        pc.RELAX(control_variate=lambda features: features.sum(-1))

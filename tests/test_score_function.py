@@ -248,3 +248,26 @@ def test_l0_objective_refuses_a_guide_without_gates(backend):
 
     with pytest.raises(ValueError, match=r"^L0Objective: the guide draws no HardConcrete site"):
         backend.elbo_loss(model, guide, backend.array([0.5, 1.5]), loss=backend.lib.L0Objective(0.1))
+
+
+@pytest.mark.parametrize("where", ["guide", "model"])
+def test_l0_objective_refuses_latents_that_are_not_gates(backend, where):
+    """NumPyro's bnn.py with Bayesian weights beside the gates: the objective charges gates only, so a
+    weight's prior and entropy were left out with no error -- the loss the same under a prior of
+    scale 1 and of 1e-3, and the guide's scales shrank to a point. A latent that is not a gate, in
+    the guide or drawn by the model alone, raises, naming it."""
+
+    def model(x):
+        w = backend.site("w", backend.normal(0.0, 1.0))
+        with backend.plate("data", 2):
+            g = backend.site("g", backend.lib.HardConcrete(2 / 3, logits=backend.array([0.0, 0.0])))
+            backend.site("x", backend.normal(w * g, 1.0), obs=x)
+
+    def guide(x):
+        if where == "guide":
+            backend.site("w", backend.normal(backend.param("m", np.array(0.0)), 0.5))
+        with backend.plate("data", 2):
+            backend.site("g", backend.lib.HardConcrete(2 / 3, logits=backend.param("a", np.zeros(2))))
+
+    with pytest.raises(ValueError, match=r"^L0Objective: site\(s\) \['w'\] are latents other than the guide's HardConcrete gates"):
+        backend.elbo_loss(model, guide, backend.array([0.5, 1.5]), loss=backend.lib.L0Objective(0.1))

@@ -453,6 +453,121 @@ def test_a_helper_inside_a_model_leaves_its_sites_out_of_the_callers_trace(backe
     np.testing.assert_array_equal(values[1], _brute_force("Concrete").argmax(1))
 
 
+def test_the_helpers_arguments_that_name_the_wrong_thing_raise(backend):
+    """``given`` naming an observed site left it out of the log joint (marginal_log_likelihood 0.0
+    for a model with no other observation), ``params`` of another type than a dict was taken, and a
+    misspelled ``plate`` was reported as a latent outside it, to be conditioned on a value; NumPy's
+    integers were refused for ``num_particles``."""
+    model, guide, x = mixture(backend, "Concrete"), _posterior_guide(backend, "Concrete"), backend.array(DATA)
+    with pytest.raises(ValueError, match=r"^marginal_log_likelihood: given names the observed site 'x'"):
+        backend.lib.marginal_log_likelihood(model, x, given={"x": x})
+    with pytest.raises(ValueError, match=r"^map_assignment: params must be None or a dict from parameter name to value, got list"):
+        backend.lib.map_assignment(model, x, params=[1.0])
+    with pytest.raises(ValueError, match=r"^discrete_log_likelihood: plate 'dat' is not a plate of the model \(its plates: \['data'\]\)"):
+        backend.discrete_log_likelihood(model, guide, x, plate="dat")
+    bound = backend.discrete_log_likelihood(model, guide, x, num_particles=np.int64(2), plate="data")
+    np.testing.assert_allclose(bound, logsumexp(_brute_force("Concrete"), axis=1), atol=1e-8)
+
+
+def test_a_name_in_sites_that_no_site_of_the_model_has_raises(backend):
+    """``sites="Z"`` for a site named "z": the site was left as it was, with no error --
+    ``discrete(model, mode="argmax", sites="Z")`` returned relaxed values as the mode, and ``relax``
+    left a discrete site discrete. A run whose sites all miss the names raises, as a wrapper or as
+    a ``with`` block; a block that no site reaches names nothing wrongly."""
+    model, x = mixture(backend, "Concrete"), backend.array(DATA)
+    logits = backend.array(LOGITS[True])
+
+    def discrete_model(x=None):
+        with backend.plate("data", N):
+            backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
+
+    message = r"sites= names \['Z'\], which no sample site of the model has \(its sites: \['x', 'z'\]\)"
+    with pytest.raises(ValueError, match="discrete: " + message):
+        backend.run(backend.lib.discrete(model, mode="argmax", sites="Z"), x)
+    with pytest.raises(ValueError, match="discrete: " + message):
+        with backend.lib.discrete(mode="argmax", sites=["Z"]):
+            backend.run(model, x)
+    with pytest.raises(ValueError, match=r"relax: sites= names \['Z'\], which no sample site of the model has \(its sites: \['z'\]\)"):
+        backend.run(backend.lib.relax(discrete_model, temperature=0.5, sites=["Z"]))
+    run = backend.run(backend.lib.discrete(model, mode="argmax", sites="z"), x)
+    np.testing.assert_array_equal(run.sites["z"].value, np.eye(3)[np.full(N, LOGITS[True].argmax())])
+    with backend.lib.discrete(mode="argmax", sites="Z"):
+        pass
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_plate_of_size_one_keeps_its_dimension_in_the_decodings(backend, name):
+    """A last minibatch of one point: the hosts' ``infer_discrete`` drops a plate dimension of size 1,
+    and the decodings returned (K,) for the trace's (1, K) (NumPyro's map_assignment only on a tie,
+    x = 0 here, where it falls back to infer_discrete; Predictive (4, K) for (4, 1, K))."""
+    n_ary, means = name in N_ARY, backend.array([-2.0, 2.0])
+    event = (2,) if n_ary else ()
+
+    def model(x):
+        with backend.plate("data", 1):
+            z = backend.site("z", getattr(backend.lib, name)(0.5, logits=backend.array(np.zeros(2) if n_ary else 0.0)))
+            w = _component_weights(backend, name, z)
+            backend.site("x", backend.normal((w * means).sum(-1) if n_ary else -2.0 + 4.0 * w, 1.0), obs=x)
+
+    for point in (-1.5, 0.0):  # component 0; a tie
+        x = backend.array([point])
+        best = backend.numpy(backend.lib.map_assignment(model, x)["z"])
+        drawn = backend.numpy(backend.sample_assignment(model, x, seed=1)["z"])
+        draws = backend.numpy(backend.predictive(model, x, num_samples=4, infer_discrete=True, seed=2)["z"])
+        assert best.shape == drawn.shape == (1,) + event and draws.shape == (4, 1) + event, (best.shape, drawn.shape, draws.shape)
+        if point < 0:
+            assert _as_index(name, best)[0] == 0
+
+
+def test_a_host_site_of_a_probability_of_exactly_one_is_refused(backend):
+    """``Bernoulli(probs=1.0)``, a certain coin: the hosts turn the probability into logits of
+    log(1 - eps) - log(eps), a mass of 1.2e-7 in float32 at the impossible value, so the exact sum
+    was not the model's (-16.86 for -61.42 where only the impossible value explains x = 9), and
+    ``relax`` made a Concrete-family site of the clamped logits, though no Concrete distribution has a
+    probability of 0 (``BinConcrete(probs=1.0)`` itself refuses it)."""
+    x = backend.array([9.0], "float32")
+
+    def model(x):
+        with backend.plate("data", 1):
+            z = backend.site("z", backend.bernoulli(backend.array(1.0, "float32")))
+            backend.site("x", backend.normal(9.0 - 11.0 * z, 1.0), obs=x)
+
+    message = r"site 'z' is \w+\(probs=\.\.\.\) with a probability of exactly 0 or 1"
+    with pytest.raises(ValueError, match="^marginal_log_likelihood: " + message):
+        backend.lib.marginal_log_likelihood(model, x)
+    with pytest.raises(ValueError, match="relax: " + message):
+        backend.run(backend.lib.relax(model, temperature=0.5), x)
+
+
+def test_the_map_of_padded_chains_leaves_the_padding_out(backend):
+    """Chains of lengths 1, 2 and 1 padded to 2 (``mask=(t < lengths)``, as the hosts' HMM examples):
+    the MAP decoding summed a masked-out state with its prior masses, and in max-product that
+    contributes max_k p(x1 = k | x0), not 1, biasing x0 -- the MAP of a padded chain was 1 where it is
+    0, in both packages, while the hosts' own infer_discrete was right. The padding contributes
+    nothing now; the brute force over every chain's states decides."""
+    prior, trans, locs = np.array([0.55, 0.45]), np.array([[0.5, 0.5], [0.99, 0.01]]), np.array([-1.0, 1.0])
+    y0, y1, padded = np.array([0.0, 0.3, 0.0]), np.array([0.0, 1.2, 0.0]), np.array([True, False, True])
+
+    def model():
+        with backend.plate("chains", 3):
+            x0 = backend.site("x0", backend.lib.Concrete(0.5, probs=backend.array(prior)))
+            backend.site("y0", backend.normal((x0 * backend.array(locs)).sum(-1), 1.0), obs=backend.array(y0))
+            with backend.mask(~padded):
+                x1 = backend.site("x1", backend.lib.Concrete(0.5, probs=x0 @ backend.array(trans)))
+                backend.site("y1", backend.normal((x1 * backend.array(locs)).sum(-1), 1.0), obs=backend.array(y1))
+
+    best = backend.lib.map_assignment(model)
+    x0, x1 = backend.numpy(best["x0"]).argmax(-1), backend.numpy(best["x1"]).argmax(-1)
+    for n in range(3):
+        head = np.log(prior) + stats.norm.logpdf(y0[n], locs, 1.0)
+        if padded[n]:
+            assert x0[n] == head.argmax(), (n, x0, head)
+        else:
+            joint = head[:, None] + np.log(trans) + stats.norm.logpdf(y1[n], locs, 1.0)[None, :]
+            assert (x0[n], x1[n]) == np.unravel_index(joint.argmax(), joint.shape), (n, x0, x1, joint)
+    assert x0[0] == 0  # the case the bias got wrong: 0.55 * 0.5 against 0.45 * 0.99
+
+
 def test_a_helper_in_one_thread_leaves_another_threads_samples_alone(backend):
     """One thread evaluates the discrete graph while another draws and scores relaxed samples (a
     Gumbel-softmax layer trained beside an evaluation thread): the other thread's sampler and

@@ -240,6 +240,10 @@ class Backend:
         """The host's own Categorical (integer values)."""
         return numpyro.distributions.Categorical(logits=logits)
 
+    def bernoulli(self, probs):
+        """The host's own Bernoulli, built from probabilities."""
+        return numpyro.distributions.Bernoulli(probs=probs)
+
     def delta(self, value, event_dim=0):
         return numpyro.distributions.Delta(value, event_dim=event_dim)
 

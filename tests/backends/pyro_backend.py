@@ -231,6 +231,10 @@ class Backend:
         """The host's own Categorical (integer values)."""
         return pyro.distributions.Categorical(logits=logits)
 
+    def bernoulli(self, probs):
+        """The host's own Bernoulli, built from probabilities."""
+        return pyro.distributions.Bernoulli(probs=probs)
+
     def delta(self, value, event_dim=0):
         return pyro.distributions.Delta(value, event_dim=event_dim)
 

@@ -1,0 +1,34 @@
+"""The sites a handler's ``sites=`` names, checked against the sites of each run: a name that no
+sample site of the run has (a typo, ``"Z"`` for ``"z"``) left the site as it was, with no error --
+``discrete(model, mode="argmax", sites="Z")`` returned relaxed values as the mode."""
+
+
+class NamedSites:
+    """Kept by a handler with ``sites=`` (``handler``: its name in messages): :meth:`start` as the
+    handler is entered, :meth:`saw` at each sample site, :meth:`end` as it is left. A run in which
+    no sample site reached the handler (a block with nothing in it, a helper that hides its own
+    runs) names nothing wrongly."""
+
+    def __init__(self, names, handler):
+        self.names, self.handler = names, handler
+        self._depth, self._seen = 0, set()
+
+    def start(self):
+        if self._depth == 0:
+            self._seen = set()
+        self._depth += 1
+
+    def saw(self, name):
+        if self.names is not None:
+            self._seen.add(name)
+
+    def end(self, completed):
+        self._depth -= 1
+        if self._depth or not completed or self.names is None or not self._seen:
+            return
+        missing = sorted(self.names - self._seen)
+        if missing:
+            raise ValueError(
+                f"{self.handler}: sites= names {missing}, which no sample site of the model has (its sites: "
+                f"{sorted(self._seen)})"
+            )
