@@ -23,7 +23,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 from numpyro import handlers
 from numpyro.distributions.util import validate_sample
-from numpyro.primitives import _PYRO_STACK, Messenger
+from numpyro.primitives import _PYRO_STACK, Messenger, plate
 
 from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
@@ -171,16 +171,26 @@ def _index_distribution(base):
     return dist.BernoulliLogits(base.logits), lambda index: jnp.where(index > 0, jnp.inf, -jnp.inf).astype(dtype)
 
 
-def _is_index(fn, base, value):
+def _batch_dims(msg):
+    """The site's batch dimensions: its distribution's, and those of every plate around it, the
+    plates outside discrete(...) too (an index replayed under an outer plate carries its dimension:
+    with that plate K wide, counted by the distribution's alone, the index passed for a one-hot)."""
+    dims = [-frame.dim for frame in msg["cond_indep_stack"] if frame.dim is not None]
+    # the plates outside this handler process the site after it: read from the stack
+    dims += [-handler.dim for handler in _PYRO_STACK if isinstance(handler, plate) and handler.dim is not None]
+    return max([len(msg["fn"].batch_shape), *dims])
+
+
+def _is_index(msg, base, value):
     """Whether ``value``, set from outside, is an index of the site's enumerated distribution (an
     integer for a categorical site, 0 or 1 for a binary one: what the host's infer_discrete
     substitutes) rather than a value of the site's own sample space (one-hot, log one-hot, +-inf; a
-    binary site's 0/1 is both, alike). ``fn``: the site's distribution, its plates' batch shape."""
+    binary site's 0/1 is both, alike)."""
     if value is None:
         return False
     if isinstance(base, (*ONE_HOT, Concrete, ExpConcrete)):
         # an integer one-hot (batch shape, then the categories) is a value, not an index
-        one_hot = jnp.ndim(value) > len(fn.batch_shape) and jnp.shape(value)[-1] == base.event_shape[-1]
+        one_hot = jnp.ndim(value) > _batch_dims(msg) and jnp.shape(value)[-1] == base.event_shape[-1]
         return not jnp.issubdtype(jnp.result_type(value), jnp.floating) and not one_hot
     if isinstance(value, jax.core.Tracer):
         return True  # a traced value cannot be read: the host's index, as it substitutes one
@@ -298,7 +308,7 @@ class DiscreteMessenger(_NamingSites, Messenger):
                 value = handler.trace[name]["value"]
             else:
                 continue
-            return (False, None) if _is_index(msg["fn"], base, value) else (True, value)
+            return (False, None) if _is_index(msg, base, value) else (True, value)
         return False, None
 
     def process_message(self, msg: dict) -> None:

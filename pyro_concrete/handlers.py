@@ -24,6 +24,7 @@ from pyro.distributions.torch_distribution import ExpandedDistribution, MaskedDi
 from pyro.poutine.block_messenger import BlockMessenger
 from pyro.poutine.condition_messenger import ConditionMessenger
 from pyro.poutine.enum_messenger import EnumMessenger
+from pyro.poutine.indep_messenger import IndepMessenger
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.replay_messenger import ReplayMessenger
 from pyro.poutine.runtime import _PYRO_STACK
@@ -127,7 +128,9 @@ def _index_distribution(base):
     site is enumerated as an index, which the post-sample hook turns into the value the model uses.
     """
     if isinstance(base, ONE_HOT):  # a one-hot site of the model's own
-        return dist.Categorical(logits=base.logits, validate_args=base._validate_args), (
+        # a probability of exactly 0 given as probs: -inf, not the host's clamped log(eps)
+        logits = torch.where((base.probs == 0) & (base.logits.exp() > 0), -float("inf"), base.logits)
+        return dist.Categorical(logits=logits, validate_args=base._validate_args), (
             lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
         )
     if isinstance(base, (Concrete, ExpConcrete)):
@@ -145,7 +148,17 @@ def _index_distribution(base):
     )
 
 
-def _is_index(fn, base, value):
+def _batch_dims(msg):
+    """The site's batch dimensions: its distribution's, and those of every plate around it, the
+    plates outside discrete(...) too (an index replayed under an outer plate carries its dimension:
+    with that plate K wide, counted by the distribution's alone, the index passed for a one-hot)."""
+    dims = [-frame.dim for frame in msg["cond_indep_stack"] if frame.dim is not None]
+    # the plates outside this handler process the site after it: read from the stack
+    dims += [-handler.dim for handler in _PYRO_STACK if isinstance(handler, IndepMessenger) and handler.dim is not None]
+    return max([len(msg["fn"].batch_shape), *dims])
+
+
+def _is_index(msg, base, value):
     """Whether ``value``, set from outside, is an index of the site's enumerated distribution (an
     integer for a categorical site, 0 or 1 for a binary one: what the host's infer_discrete replays)
     rather than a value of the site's own sample space (one-hot, log one-hot, +-inf; a binary
@@ -154,7 +167,7 @@ def _is_index(fn, base, value):
         return False
     if isinstance(base, (ONE_HOT, Concrete, ExpConcrete)):
         # an integer one-hot (batch shape, then the categories) is a value, not an index
-        one_hot = value.dim() > len(fn.batch_shape) and value.shape[-1] == base.event_shape[-1]
+        one_hot = value.dim() > _batch_dims(msg) and value.shape[-1] == base.event_shape[-1]
         return not value.is_floating_point() and not one_hot
     if _traced() or torch._C._is_tracing():
         return True  # a traced value cannot be read: the host's index, as it replays one
@@ -272,7 +285,7 @@ class DiscreteMessenger(_NamingSites, Messenger):
                 return True, None
             if isinstance(handler, ReplayMessenger) and handler.trace is not None and name in handler.trace:
                 value = handler.trace.nodes[name]["value"]
-                return (False, None) if _is_index(msg["fn"], base, value) else (True, value)
+                return (False, None) if _is_index(msg, base, value) else (True, value)
         return False, None
 
     def _pyro_sample(self, msg):
@@ -287,9 +300,7 @@ class DiscreteMessenger(_NamingSites, Messenger):
         held, replayed = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
         if enumerated and isinstance(base, ONE_HOT):
-            # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
-            if has_exact_probability(base):
-                raise messages.exact_probability(msg["name"], type(base).__name__)
+            pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
         elif not isinstance(base, CONCRETE_FAMILY):
             return
         if enumerated:

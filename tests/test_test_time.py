@@ -568,6 +568,47 @@ def test_the_map_of_padded_chains_leaves_the_padding_out(backend):
     assert x0[0] == 0  # the case the bias got wrong: 0.55 * 0.5 against 0.45 * 0.99
 
 
+def test_an_index_decoded_under_a_plate_outside_the_enumerate_mode_is_an_index(backend):
+    """S decodings at once, a plate around ``discrete(model, mode="enumerate")`` under the host's
+    infer_discrete: the replayed index (S, N) was counted against the site's batch shape inside the
+    mode alone, and where N equals K it passed for a one-hot -- the site held at it, not enumerated,
+    so the MAP was thrown away (Pyro: prior draws; NumPyro: (3, 3) for (3, 3, 3), or a broadcasting
+    error). The plates outside the mode count too."""
+    means, data = backend.array([-5.0, 0.0, 5.0]), backend.array([-5.0, 0.0, -5.0])  # N = K = 3
+
+    def model():
+        with backend.plate("data", 3):
+            z = backend.site("z", backend.lib.Concrete(0.5, logits=backend.array(np.zeros(3))))
+            backend.site("x", backend.normal((z * means).sum(-1), 0.3), obs=data)
+
+    enumerated = backend.lib.discrete(model, mode="enumerate")
+
+    def batched():
+        with backend.plate("samples", 2, dim=-2):
+            enumerated()
+
+    run = backend.infer_discrete(batched, temperature=0, first_available_dim=-3)
+    value = run.sites["z"].value
+    decoded = value.argmax(-1) if value.shape[-1:] == (3,) and value.ndim == 3 else value
+    np.testing.assert_array_equal(np.asarray(decoded).reshape(2, 3), [[0, 1, 0], [0, 1, 0]])
+
+
+def test_a_one_hot_site_of_a_probability_of_exactly_zero_is_summed_exactly(backend):
+    """``OneHotCategorical(probs=[0, .5, .5])`` and one observation that only the impossible category
+    explains: Pyro summed the category with the host's clamped logit log(eps), -16.86 for the model's
+    -26.11; the index it enumerates has the probability's own -inf now (NumPyro's had)."""
+    means = backend.array([9.0, -2.0, 2.0], "float32")
+
+    def model(x):
+        with backend.plate("data", 1):
+            z = backend.site("z", backend.lib.limits.OneHotCategorical(probs=backend.array([0.0, 0.5, 0.5], "float32")))
+            backend.site("x", backend.normal((z * means).sum(-1), 1.0), obs=x)
+
+    expected = logsumexp(np.log(0.5) + stats.norm.logpdf(9.0, [-2.0, 2.0], 1.0))
+    actual = float(backend.numpy(backend.lib.marginal_log_likelihood(model, backend.array([9.0], "float32"))))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5)
+
+
 def test_a_helper_in_one_thread_leaves_another_threads_samples_alone(backend):
     """One thread evaluates the discrete graph while another draws and scores relaxed samples (a
     Gumbel-softmax layer trained beside an evaluation thread): the other thread's sampler and
