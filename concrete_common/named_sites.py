@@ -32,3 +32,20 @@ class NamedSites:
                 f"{self.handler}: sites= names {missing}, which no sample site of the model has (its sites: "
                 f"{sorted(self._seen)})"
             )
+
+
+class NamingSites:
+    """A handler's mixin (before the host's ``Messenger`` in its bases): ``sites=`` checked against
+    each run's sample sites (:class:`NamedSites` in ``_named``), entered as a ``with`` block or as the
+    wrapper of a model alike (the hosts' wrappers enter the handler)."""
+
+    _named: NamedSites
+
+    def __enter__(self):
+        self._named.start()
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        result = super().__exit__(exc_type, exc_value, traceback)
+        self._named.end(exc_type is None)
+        return result

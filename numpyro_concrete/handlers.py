@@ -27,7 +27,7 @@ from numpyro.primitives import _PYRO_STACK, Messenger, plate
 
 from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
-from concrete_common.named_sites import NamedSites
+from concrete_common.named_sites import NamedSites, NamingSites
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
@@ -224,23 +224,7 @@ def _visible_outside(handler, msg):
     return outside
 
 
-class _NamingSites:
-    """``sites=`` checked against each run's sample sites (:class:`NamedSites`), entered as a
-    ``with`` block or as the wrapper of a model alike."""
-
-    _named: NamedSites
-
-    def __enter__(self):
-        self._named.start()
-        return super().__enter__()
-
-    def __exit__(self, exc_type, exc_value, traceback):
-        result = super().__exit__(exc_type, exc_value, traceback)
-        self._named.end(exc_type is None)
-        return result
-
-
-class DiscreteMessenger(_NamingSites, Messenger):
+class DiscreteMessenger(NamingSites, Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/``ExpandedDistribution`` wrappers; observed sites, scale, subsampling and
@@ -403,7 +387,7 @@ def discrete(
 # ----------------------------------------------------------------------------- relax
 
 
-class RelaxMessenger(_NamingSites, Messenger):
+class RelaxMessenger(NamingSites, Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
     def __init__(
@@ -434,7 +418,8 @@ class RelaxMessenger(_NamingSites, Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        if has_exact_probability(base) or _infinite(base.logits if isinstance(base, (OneHotCategorical, dist.BernoulliLogits, dist.BernoulliProbs)) else None):
+        # -inf logits: what the relaxed site's own validation would refuse, named here (validation on only)
+        if has_exact_probability(base) or (getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (OneHotCategorical, dist.BernoulliLogits, dist.BernoulliProbs)) else None)):
             raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
         if isinstance(base, OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)

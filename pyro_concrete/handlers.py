@@ -33,7 +33,7 @@ from pyro.poutine.util import site_is_subsample
 
 from concrete_common import evaluating, messages
 from concrete_common.kinds import Mode, check_mode
-from concrete_common.named_sites import NamedSites
+from concrete_common.named_sites import NamedSites, NamingSites
 
 from ._carry import _traced
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
@@ -181,8 +181,9 @@ def has_exact_probability(base):
     value of them (its probabilities are computed from them, 0 only where their exp is)."""
     if not isinstance(base, (torch.distributions.Bernoulli, torch.distributions.Categorical, torch.distributions.OneHotCategorical)):
         return False
-    if _traced() or torch._C._is_tracing():
-        return False
+    inner = getattr(base, "_categorical", base)  # OneHotCategorical holds a Categorical
+    if "probs" not in inner.__dict__ or _traced() or torch._C._is_tracing():
+        return False  # given by logits, its probabilities never computed: nothing read on a training step
     with torch.no_grad():
         probs, logits = base.probs, base.logits
         if isinstance(base, torch.distributions.Bernoulli):
@@ -206,23 +207,7 @@ def _visible_outside(handler, msg):
     return outside
 
 
-class _NamingSites:
-    """``sites=`` checked against each run's sample sites (:class:`NamedSites`), entered as a
-    ``with`` block or as the wrapper of a model alike."""
-
-    _named: NamedSites
-
-    def __enter__(self):
-        self._named.start()
-        return super().__enter__()
-
-    def __exit__(self, exc_type, exc_value, traceback):
-        result = super().__exit__(exc_type, exc_value, traceback)
-        self._named.end(exc_type is None)
-        return result
-
-
-class DiscreteMessenger(_NamingSites, Messenger):
+class DiscreteMessenger(NamingSites, Messenger):
     """Swaps every sample site holding a Concrete-family distribution (or only the named ``sites``)
     for its zero-temperature limit on the same sample space, keeping batch/event shapes and the
     ``Independent``/mask/expand wrappers; observed sites, scale, subsampling and plates are left
@@ -378,7 +363,7 @@ def discrete(
 # ----------------------------------------------------------------------------- relax
 
 
-class RelaxMessenger(_NamingSites, Messenger):
+class RelaxMessenger(NamingSites, Messenger):
     """Swaps OneHotCategorical sites for Concrete and Bernoulli sites for BinConcrete. See :func:`relax`."""
 
     def __init__(self, temperature: Any, sites: Optional[Union[str, Iterable[str]]] = None) -> None:
@@ -407,7 +392,8 @@ class RelaxMessenger(_NamingSites, Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
-        if has_exact_probability(base) or _infinite(base.logits if isinstance(base, (torch.distributions.OneHotCategorical, torch.distributions.Bernoulli)) else None):
+        # -inf logits: what the relaxed site's own validation would refuse, named here (validation on only)
+        if has_exact_probability(base) or (getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (torch.distributions.OneHotCategorical, torch.distributions.Bernoulli)) else None)):
             raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
         if isinstance(base, torch.distributions.OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
