@@ -22,9 +22,11 @@ def auxiliary_layouts(joint_layouts, guide_infer, model_sites):
 def model_side(model_sample_sites, relaxed, concrete_in_guide, guide_sites, given):
     """The model's part of the proposal, from its sample sites (the hosts' message dicts):
 
-    - ``relaxed`` and the model's own discrete sites that the guide draws from a Concrete-family
-      distribution (the model as written, its guide trained on ``relax(model)``): discretized too,
-      where the host scored the relaxed draw (a wrong number, or -inf);
+    - ``relaxed`` and the model's own discrete sites that the guide draws from a continuous
+      distribution (the model as written, its guide trained on ``relax(model)``): a Concrete-family
+      one is discretized, any other (an autoguide's transformed Normal or Delta) hidden, where the host
+      scored the relaxed draw (a wrong number, or -inf; an autoguide's draw, with validation off,
+      was 2.3 nats below log p(x) however many particles);
     - the names held: ``given``, and every site the model observes (conditioned, or held inside it),
       which the guide does not propose;
     - the values of the held sites the guide draws, which its later sites read (q(z | g = v), not
@@ -35,7 +37,8 @@ def model_side(model_sample_sites, relaxed, concrete_in_guide, guide_sites, give
     sites = list(model_sample_sites)
     relaxed = set(relaxed) | {
         site["name"] for site in sites
-        if not site["is_observed"] and site["name"] in concrete_in_guide and getattr(site["fn"], "has_enumerate_support", False)
+        if not site["is_observed"] and site["name"] in guide_sites and getattr(site["fn"], "has_enumerate_support", False)
+        and (site["name"] in concrete_in_guide or not getattr(guide_sites[site["name"]]["fn"], "has_enumerate_support", False))
     }
     observed = [site for site in sites if site["is_observed"]]
     held = set(given or ()) | {site["name"] for site in observed}

@@ -229,15 +229,26 @@ def outside_plate(site, plate):
     )
 
 
-def exact_probability(site, cls_name):
-    """A host's discrete site built from probabilities of exactly 0 or 1: the hosts turn them into
-    logits of +-log(eps) (a mass of 1.2e-7 in float32 where the model says 0), so an exact sum over
-    it, or its relaxation, is not of the model as written."""
+def clamped_probability(site, cls_name):
+    """A host's discrete site built from probabilities that the host clamps before use (0, 1, and in
+    Pyro any below eps): an exact sum over it, or its relaxation, would not be of the model as
+    written."""
     return ModelError(
-        f"site {site!r} is {cls_name}(probs=...) with a probability of exactly 0 or 1, which the host turns into logits "
-        "of +-log(eps) (a mass of about 1e-7 in float32, not 0): the exact value would not be the model's, and no "
-        "Concrete distribution has a probability of 0; leave the impossible value out of the site's support "
-        "(fewer categories, or a constant in place of a certain coin)"
+        f"site {site!r} is {cls_name}(probs=...) with a probability that the host clamps before using it (0 or 1, "
+        "or closer to them than the dtype's eps: 1.2e-7 in float32), so its log density is of the clamped value, "
+        "not the model's, and no Concrete distribution has a probability of 0: pass logits=... (exact at any "
+        "value), or leave an impossible value out of the site's support (fewer categories, or a constant in "
+        "place of a certain coin)"
+    )
+
+
+def infinite_logits(site, cls_name, why="no Concrete distribution has a probability of 0"):
+    """A host's discrete site given a logit of +-inf (a probability of exactly 0 or 1): ``relax``
+    cannot make a Concrete-family site of it, and torch scores a certain coin's outcome NaN."""
+    return ModelError(
+        f"site {site!r} is {cls_name} with a logit of +-inf (a probability of exactly 0 or 1), and {why}: leave the "
+        "impossible value out of the site's support (fewer categories, or a constant in place of a certain coin), "
+        "or give it a finite logit"
     )
 
 
@@ -619,3 +630,22 @@ def observed_at_boundary(site, cls_name):
         f"hold it with given={{{site!r}: value}} (its own density left out), or observe the data through the "
         f"discrete counterpart, {cls_name}(...).discrete(), instead of conditioning the relaxed site on it"
     )
+
+
+def funsor_recursion(limit):
+    """Why NumPyro's exact helpers stopped on a long ``markov`` chain (funsor's interpreter recurses
+    through the chain's factors; the host's own ``log_density`` of an enumerated chain stops alike)."""
+    return (
+        f"funsor's interpreter went deeper than Python's recursion limit ({limit}) while summing out the "
+        "model's discrete sites: a markov chain of about 400 steps or more reaches the default limit of "
+        "1000. Raise it before the call, with sys.setrecursionlimit (20000 ran a chain of 1000 steps)"
+    )
+
+
+def no_posterior(sites):
+    """Why a decoding stopped: the posterior of the discrete sites is not defined."""
+    return (
+        f"the posterior of the discrete sites {sites} is not defined: every assignment of them has probability 0 "
+        "given the observations (an observation the model rules out under every value)"
+    )
+

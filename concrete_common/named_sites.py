@@ -5,9 +5,12 @@ sample site of the run has (a typo, ``"Z"`` for ``"z"``) left the site as it was
 
 class NamedSites:
     """Kept by a handler with ``sites=`` (``handler``: its name in messages): :meth:`start` as the
-    handler is entered, :meth:`saw` at each sample site, :meth:`end` as it is left. A run in which
-    no sample site reached the handler (a block with nothing in it, a helper that hides its own
-    runs) names nothing wrongly."""
+    handler is entered, :meth:`saw` at each sample site, :meth:`end` as it is left. A run raises
+    where none of the names is one of its sample sites. One that misses only some of them is left
+    alone: a site drawn in one branch, or ``z_{t}`` for steps beyond a minibatch's length, is missing
+    from some runs of a correct model (requiring every name of every run failed their training at
+    random steps). A run in which no sample site reached the handler (a block with nothing in it, a
+    helper that hides its own runs) names nothing wrongly."""
 
     def __init__(self, names, handler):
         self.names, self.handler = names, handler
@@ -24,13 +27,12 @@ class NamedSites:
 
     def end(self, completed):
         self._depth -= 1
-        if self._depth or not completed or self.names is None or not self._seen:
+        if self._depth or not completed or not self.names or not self._seen:  # None: every site; empty: none
             return
-        missing = sorted(self.names - self._seen)
-        if missing:
+        if not self.names & self._seen:
             raise ValueError(
-                f"{self.handler}: sites= names {missing}, which no sample site of the model has (its sites: "
-                f"{sorted(self._seen)})"
+                f"{self.handler}: sites= names {sorted(self.names)}, none of which is a sample site of the model "
+                f"(its sites: {sorted(self._seen)})"
             )
 
 

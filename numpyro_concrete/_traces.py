@@ -24,7 +24,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, has_exact_probability, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, clamped_probability, rewrap, unwrap
 
 
 def _varying_axes(x):
@@ -190,8 +190,8 @@ def check_all_latents_discrete(trace):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
         if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
             raise messages.sequential_enumeration(site["name"])
-        if not site["is_observed"] and has_exact_probability(base := unwrap(site["fn"])[0]):
-            raise messages.exact_probability(site["name"], type(base).__name__)
+        if not site["is_observed"] and clamped_probability(base := unwrap(site["fn"])[0]):
+            raise messages.clamped_probability(site["name"], type(base).__name__)
 
 
 def check_full_data(trace):

@@ -7,12 +7,14 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 import contextlib
 import functools
 import math
+import sys
 import threading
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import numpyro.distributions as dist
 import numpyro.infer
 import numpyro.primitives
@@ -27,6 +29,8 @@ from concrete_common.messages import named_errors
 from ._traces import (
     RAISED_IN_CALLBACKS,
     CommonScale,
+    callback_if,
+    raise_if,
     SummedWithPriorMasses,
     check_all_latents_discrete,
     check_full_data,
@@ -51,17 +55,41 @@ __all__ = ["marginal_log_likelihood", "map_assignment", "sample_assignment", "Pr
 
 def _isolated(helper):
     """The helper's runs of the model and guide hidden from the handlers outside the call (their
-    parameters excepted, which an outer trace collects for training): a helper called inside a
+    parameters and mutable state excepted: an outer trace collects them for training, an outer
+    ``substitute`` gives their trained values, NumPyro's way to evaluate): a helper called inside a
     model, a ``with relax(...)`` block or a trace computes the value of the model it is given and
     leaves no site in the caller's trace (an outer ``relax`` turned the discrete graph relaxed again;
     a traced caller held the helper's sites beside its own)."""
 
     @functools.wraps(helper)
     def isolated(*args, **kwargs):
-        with handlers.block(expose_types=["param"]):
-            return helper(*args, **kwargs)
+        with handlers.block(expose_types=["param", "mutable"]), _own_dimensions():
+            try:
+                return helper(*args, **kwargs)
+            except RecursionError as error:  # funsor's interpreter: a frame or more per step of a chain
+                raise RecursionError(f"{helper.__name__}: {messages.funsor_recursion(sys.getrecursionlimit())}") from error
 
     return isolated
+
+
+@contextlib.contextmanager
+def _own_dimensions():
+    """funsor's enumeration keeps its names and dimensions in one global stack, and the caller's
+    enumeration makes every ``numpyro.plate`` a funsor plate (``plate_to_enum_plate`` sets
+    ``numpyro.plate.__new__``): the helper starts from a fresh stack and plain plates, and the
+    caller's are put back after it (called inside the caller's enumeration, the helper's plates were
+    read against the caller's frames: funsor's ``KeyError``)."""
+    from numpyro.contrib.funsor import enum_messenger
+
+    def plain(*args, **kwargs):  # what plate_to_enum_plate leaves (deleting it breaks object.__new__)
+        return object.__new__(numpyro.plate)
+
+    caller, plate_new = enum_messenger._DIM_STACK, vars(numpyro.plate).get("__new__", plain)
+    enum_messenger._DIM_STACK, numpyro.plate.__new__ = enum_messenger.DimStack(), plain
+    try:
+        yield
+    finally:
+        enum_messenger._DIM_STACK, numpyro.plate.__new__ = caller, plate_new
 
 
 @named_errors("marginal_log_likelihood")
@@ -174,9 +202,9 @@ def sample_assignment(
 
 
 def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
-    from numpyro.contrib.funsor import config_enumerate, infer_discrete
+    from numpyro.contrib.funsor import config_enumerate
 
-    def decode(arrays, args, kwargs, by_max_product=False):
+    def decode(arrays, args, kwargs, method):
         params, given, rng_key = arrays
         conditioned = with_given(with_params(held_as_observed(model), params), given)
         check_scan(conditioned, args, kwargs, decodes=True)
@@ -189,39 +217,21 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
             enumerated = config_enumerate(unscaled)
         else:  # a draw from the posterior: a masked-out site drawn from its prior
             enumerated = SummedWithPriorMasses(config_enumerate(unscaled))
-        if by_max_product:
-            return _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs)
-        decoded = infer_discrete(enumerated, first_available_dim=-1 - nesting, temperature=temperature, rng_key=rng_key)
-        with evaluating.discrete_graph("the decoding", runtime=numpyro.primitives):
-            traced = handlers.trace(decoded).get_trace(*args, **kwargs)
-        to_value = swap.index_to_value
-        return {
-            site["name"]: to_value.get(site["name"], lambda v: v)(_decoded_shape(site))
-            for site in sample_sites(traced)
-            if not site["is_observed"]
-        }
+        return method(enumerated, swap, checked, nesting, args, kwargs, rng_key)
 
-    if temperature == 0:
-        # linear in a markov chain's length, where funsor's infer_discrete is exponential; a tie
-        # between maximizers is left to infer_discrete, which picks one of them jointly
-        decoded, unique = _compiled_if_possible(functools.partial(decode, by_max_product=True), (params, given, rng_key), args, kwargs)
-        if not isinstance(unique, jax.core.Tracer):
-            if bool(unique):
-                return decoded
-        else:  # inside the user's jit / vmap: both decodings, the tie's where it is one
-            fallback = _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
-            return {name: jnp.where(unique, value, fallback[name]).astype(jnp.result_type(value)) for name, value in decoded.items()}
-    return _compiled_if_possible(decode, (params, given, rng_key), args, kwargs)
+    arrays = (params, given, rng_key)
+    by_conditioning = functools.partial(decode, method=functools.partial(_decode_by_conditioning, by_max_product=temperature == 0))
+    traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((arrays, args, kwargs)))
+    if temperature == 0 and not traced:
+        # one forward pass where the maximizer is unique; a tie is seen from its gradient only after
+        # the pass, which inside the user's jit / vmap cannot be read: there, always site by site
+        decoded, unique = _compiled_if_possible(functools.partial(decode, method=_map_by_max_product), arrays, args, kwargs)
+        if bool(unique):
+            return decoded
+    return _compiled_if_possible(by_conditioning, arrays, args, kwargs)
 
 
-def _decoded_shape(site):
-    """The decoded value in its site's shape: ``infer_discrete`` drops a plate dimension of size 1
-    (a last minibatch of one point), which the value of every other size keeps."""
-    value, shape = jnp.asarray(site["value"]), tuple(site["fn"].shape())
-    return value.reshape(shape) if value.shape != shape and value.size == math.prod(shape) else value
-
-
-def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs):
+def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs, rng_key):
     """(the MAP assignment, whether it is the only one): the gradient of max_z log p(x, z) -- funsor's
     log density in the max-product semiring, which ``markov`` makes a Viterbi recursion -- with
     respect to a zero potential e[k] added to each latent site's log density at its k-th value is
@@ -242,13 +252,71 @@ def _map_by_max_product(enumerated, swap, checked, nesting, args, kwargs):
 
     zeros = {name: jnp.zeros(fn.batch_shape + (_support(fn).shape[0],)) for name, fn in latents.items()}
     indicators = jax.grad(max_log_joint)(zeros)
-    # an element's indicators sum to 1, or to 0 where it is masked out (its value is the MAP's at any k)
-    unique = jnp.all(jnp.stack([jnp.all((jnp.max(g, -1) > 0.999) | (jnp.sum(g, -1) < 1e-3)) for g in indicators.values()])) if indicators else True
+    unique = jnp.all(jnp.stack([jnp.all(jnp.max(g, -1) > 0.999) for g in indicators.values()])) if indicators else True
     decoded = {}
     for name, fn in latents.items():
         value = _support(fn)[jnp.argmax(indicators[name], -1)]
         decoded[name] = swap.index_to_value.get(name, lambda v: v)(value)
     return decoded, unique
+
+
+def _decode_by_conditioning(enumerated, swap, checked, nesting, args, kwargs, rng_key, *, by_max_product):
+    """One latent site after another, each decoded given the sites decoded before it: a draw from
+    p(z | x), or (``by_max_product``) a MAP assignment, ties included. The gradient of log p(x) --
+    funsor's log density in the sum-product semiring, which ``markov`` makes a forward recursion --
+    with respect to a zero potential e[k] added to each site's log density at its k-th value is the
+    posterior probability of that value; in the max-product semiring it is the share of the maximizers
+    that take it (positive only where one does). A site's value is drawn from the former, or taken
+    where the latter is largest, and then held by a potential of 0 there and -inf elsewhere. The sums
+    are ``marginal_log_likelihood``'s (:func:`_summed_past_underflow`): funsor's own log-space
+    contraction is log(0) = -inf with gradient NaN where no term is possible (a state that no parent
+    reaches, in a chain with structural zeros; every state but a held one), and NaN marginals drew
+    impossible paths. Time:
+    one forward pass per site, linear in a ``markov`` chain's length each, where funsor's
+    ``infer_discrete`` is exponential in it.
+
+    The elements of a site (its plates) are decoded at once, independently. That is exact because the
+    sites with fewer plates come first: in a model that funsor can sum out (plates nested as a tree),
+    the elements of a site in the plates P depend on each other only through sites outside some
+    plate of P, and those are then held."""
+    import funsor
+    from numpyro.contrib.funsor import enum
+    from numpyro.contrib.funsor.infer_util import _enum_log_density
+
+    sites = [site for site in sample_sites(checked) if not site["is_observed"]]
+    sites.sort(key=lambda site: len(site["cond_indep_stack"]))  # stable: the model's order within
+    latents = {site["name"]: site["fn"] for site in sites}
+    sum_op = funsor.ops.max if by_max_product else funsor.ops.logaddexp
+
+    def log_joint(potentials):
+        model = enum(_Potentials(enumerated, potentials), -1 - nesting)
+        summed = contextlib.nullcontext() if by_max_product else _summed_past_underflow()
+        with evaluating.discrete_graph("the decoding", runtime=numpyro.primitives), summed:
+            value = _enum_log_density(model, args, kwargs, {}, sum_op, funsor.ops.add)[0]
+        return value.data
+
+    def decode_site(i, potentials):
+        shares = jax.grad(log_joint)(potentials)
+        # an element's shares sum to 1; to 0 (or NaN) where every assignment left has probability 0
+        undefined = jnp.any(jnp.stack([(i == j) & ~jnp.all(jnp.sum(shares[name], -1) > 0.5) for j, name in enumerate(latents)]))
+        error = messages.ModelError(messages.no_posterior(list(latents)))
+        callback_if(undefined, lambda flag, error=error: raise_if(bool(np.any(flag)), error), undefined)
+        held = {}
+        for j, name in enumerate(latents):  # every site's choice, the i-th one's kept: one compiled body
+            if by_max_product:
+                chosen = jnp.argmax(shares[name], -1)
+            else:
+                chosen = jax.random.categorical(jax.random.fold_in(rng_key, i), jnp.log(shares[name]))
+            hold = jnp.where(jax.nn.one_hot(chosen, shares[name].shape[-1], dtype=bool), 0.0, -jnp.inf)
+            held[name] = jnp.where(i == j, hold, potentials[name])
+        return held
+
+    zeros = {name: jnp.zeros(fn.batch_shape + (_support(fn).shape[0],)) for name, fn in latents.items()}
+    potentials = jax.lax.fori_loop(0, len(latents), decode_site, zeros)
+    return {
+        name: swap.index_to_value.get(name, lambda v: v)(_support(fn)[jnp.argmax(potentials[name], -1)])
+        for name, fn in latents.items()
+    }
 
 
 def _support(fn):
@@ -259,7 +327,7 @@ def _support(fn):
 
 class _Potentials(Messenger):
     """Adds ``potentials[name][..., k]`` to the log density of the latent site ``name`` at its k-th
-    value (the order of ``enumerate_support``), for :func:`_map_by_max_product`'s gradient."""
+    value (the order of ``enumerate_support``), for the decodings' gradients."""
 
     def __init__(self, fn, potentials):
         self.potentials = potentials
@@ -267,8 +335,8 @@ class _Potentials(Messenger):
 
     def process_message(self, msg):
         if msg["type"] == "sample" and not msg["is_observed"] and msg["name"] in self.potentials:
-            base, wrappers = unwrap(msg["fn"])  # inside the site's masks: masked out, no potential either
-            msg["fn"] = rewrap(_WithPotential(base, self.potentials[msg["name"]]), wrappers)
+            # outside the site's masks: a masked-out site's value still matters through its children
+            msg["fn"] = _WithPotential(msg["fn"], self.potentials[msg["name"]])
 
 
 class _WithPotential(dist.Distribution):

@@ -197,15 +197,21 @@ def _is_index(msg, base, value):
     return bool(jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)))
 
 
-def has_exact_probability(base):
-    """Whether ``base``, one of the host's Bernoulli / Categorical (one-hot too), was built from
-    probabilities with an exact 0 or 1 (:func:`concrete_common.messages.exact_probability`); one built
-    from logits is exact at any value of them. Inside ``jit`` the values cannot be read: False."""
-    if type(base) not in (dist.BernoulliProbs, dist.CategoricalProbs):  # the host's own: they clamp
+def clamped_probability(base, relaxed=False):
+    """Whether ``base``, one of the host's Bernoulli / Categorical built from probabilities, has one
+    that the host does not use as given (:func:`concrete_common.messages.clamped_probability`): a
+    ``BernoulliProbs`` clamps its probabilities to [tiny, 1 - eps] in its log density and its logits
+    (a probability of 1 scored the other outcome at log eps, not -inf). A ``CategoricalProbs`` is exact
+    (log 0 = -inf), but no Concrete distribution has a probability of 0: ``relaxed`` (for ``relax``)
+    refuses its zeros too. One built from logits is exact at any value of them. Inside ``jit`` the
+    values cannot be read: False."""
+    if type(base) not in (dist.BernoulliProbs, dist.CategoricalProbs) or isinstance(base.probs, jax.core.Tracer):
         return False
-    if isinstance(base.probs, jax.core.Tracer):
-        return False
-    return bool(jnp.any((base.probs == 0) | (base.probs == 1)))
+    probs = base.probs
+    if type(base) is dist.CategoricalProbs:
+        return relaxed and bool(jnp.any(probs == 0))
+    finfo = jnp.finfo(jnp.result_type(probs, float))
+    return bool(jnp.any((probs < finfo.tiny) | (probs > 1 - finfo.eps)))
 
 
 def _infinite(logits):
@@ -378,8 +384,9 @@ def discrete(
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param str mode: "sample", "enumerate" or "argmax".
-    :param sites: None (every Concrete-family site), a site name, or a collection of names (a name
-        that no sample site of a run has raises a ValueError after the run).
+    :param sites: None (every Concrete-family site), a site name, or a collection of names (a run
+        whose sample sites include none of the names raises a ValueError after it; a name that only
+        some runs draw, such as a step beyond a minibatch's length, is no error).
     """
     return DiscreteMessenger(fn, mode=mode, sites=sites)
 
@@ -418,9 +425,11 @@ class RelaxMessenger(NamingSites, Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
+        if clamped_probability(base, relaxed=True):
+            raise ValueError(f"relax: {messages.clamped_probability(msg['name'], type(base).__name__)}")
         # -inf logits: what the relaxed site's own validation would refuse, named here (validation on only)
-        if has_exact_probability(base) or (getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (OneHotCategorical, dist.BernoulliLogits, dist.BernoulliProbs)) else None)):
-            raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
+        if getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (OneHotCategorical, dist.BernoulliLogits, dist.BernoulliProbs)) else None):
+            raise ValueError(f"relax: {messages.infinite_logits(msg['name'], type(base).__name__)}")
         if isinstance(base, OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, (dist.BernoulliLogits, dist.BernoulliProbs)):
@@ -453,6 +462,7 @@ def relax(
         message and returning the site's temperature.
     :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
         alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
-        the simplex stands for an integer value; so does a name that no sample site of a run has).
+        the simplex stands for an integer value; so does a run whose sample sites include none of the
+        names).
     """
     return RelaxMessenger(fn, temperature=temperature, sites=sites)

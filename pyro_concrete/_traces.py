@@ -26,7 +26,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, has_exact_probability, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, clamped_probability, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
 
@@ -275,14 +275,22 @@ def check_given(trace, given):
     messages.check_given(given, [site["name"] for site in sample_sites(trace)])
 
 
+def _infinite_logits(base):
+    """Whether a Bernoulli given by logits has one of +-inf (eagerly; torch's log density of the
+    certain outcome is then NaN, and the exact sum -inf)."""
+    return "logits" in base.__dict__ and not torch._C._is_tracing() and bool(torch.isinf(base.logits).any())
+
+
 def check_all_latents_discrete(trace):
     for site in sample_sites(trace):
         if not site["is_observed"] and not getattr(site["fn"], "has_enumerate_support", False):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
         if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
             raise messages.sequential_enumeration(site["name"])
-        if not site["is_observed"] and has_exact_probability(base := unwrap(site["fn"])[0]):
-            raise messages.exact_probability(site["name"], type(base).__name__)
+        if not site["is_observed"] and clamped_probability(base := unwrap(site["fn"])[0]):
+            raise messages.clamped_probability(site["name"], type(base).__name__)
+        if not site["is_observed"] and isinstance(base, torch.distributions.Bernoulli) and _infinite_logits(base):
+            raise messages.infinite_logits(site["name"], type(base).__name__, "torch scores the certain outcome NaN")
 
 
 def check_full_data(trace):

@@ -4,6 +4,8 @@ The helpers put the handlers in the right order themselves: the swap to discrete
 (around the model and guide, with ``block`` inside it), enumeration and tracing outside.
 """
 
+import contextlib
+import copy
 import functools
 from typing import Any, Callable, Optional, Sequence
 
@@ -49,14 +51,31 @@ def _isolated(helper):
     parameters excepted, which an outer trace collects for training): a helper called inside a
     model, a ``with relax(...)`` block or a trace computes the value of the model it is given and
     leaves no site in the caller's trace (an outer ``relax`` turned the discrete graph relaxed again;
-    a traced caller held the helper's sites beside its own)."""
+    a traced caller held the helper's sites beside its own), with dimensions of its own
+    (:func:`_own_dimensions`)."""
 
     @functools.wraps(helper)
     def isolated(*args, **kwargs):
-        with poutine.block(expose_types=["param"]):
+        with poutine.block(expose_types=["param"]), _own_dimensions():
             return helper(*args, **kwargs)
 
     return isolated
+
+
+@contextlib.contextmanager
+def _own_dimensions():
+    """Pyro's allocators of plate and enumeration dimensions are global: the helper starts from fresh
+    ones and the caller's are put back after it (called inside the caller's plate or enumeration,
+    the helper's plates were shifted left of their data: the host's "Invalid tensor shape")."""
+    dims, enums = pyro.poutine.runtime._DIM_ALLOCATOR, pyro.poutine.runtime._ENUM_ALLOCATOR
+    plates, enumeration = dims._stack, {name: copy.copy(value) for name, value in vars(enums).items()}
+    dims._stack = []
+    try:
+        yield
+    finally:
+        dims._stack = plates
+        vars(enums).clear()
+        vars(enums).update(enumeration)
 
 
 @named_errors("marginal_log_likelihood")
@@ -243,6 +262,28 @@ def _unpadded(value, shape):
 
 
 def _assignment(model, args, kwargs, params, given, temperature):
+    try:
+        return _decoded(model, args, kwargs, params, given, temperature)
+    except (ValueError, RuntimeError):
+        # infer_discrete's draw from logits that are NaN everywhere (the host's error): no posterior
+        if temperature == 1 and (latents := _ruled_out(model, args, kwargs, params, given)):
+            raise messages.ModelError(messages.no_posterior(latents)) from None
+        raise
+
+
+def _ruled_out(model, args, kwargs, params, given):
+    """The latent sites' names where the observations have probability 0 under every assignment of
+    them (None otherwise, or where that cannot be told)."""
+    try:
+        if marginal_log_likelihood(model, *args, params=params, given=given, **kwargs) != -float("inf"):
+            return None
+        model = with_given(with_params(held_as_observed(model), params), given)
+        return [site["name"] for site in sample_sites(_checked_discrete_trace(model, args, kwargs, given)) if not site["is_observed"]]
+    except Exception:
+        return None
+
+
+def _decoded(model, args, kwargs, params, given, temperature):
     model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     _check_common_scale(model, args, kwargs, given)

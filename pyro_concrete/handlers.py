@@ -13,6 +13,7 @@ and the reverse, for a model written with discrete distributions::
 """
 
 import functools
+import math
 import numbers
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -128,8 +129,10 @@ def _index_distribution(base):
     site is enumerated as an index, which the post-sample hook turns into the value the model uses.
     """
     if isinstance(base, ONE_HOT):  # a one-hot site of the model's own
-        # a probability of exactly 0 given as probs: -inf, not the host's clamped log(eps)
-        logits = torch.where((base.probs == 0) & (base.logits.exp() > 0), -float("inf"), base.logits)
+        # given as probabilities: their own logarithms (-inf at 0), not the host's logits, clamped to
+        # log(eps) at any probability below eps (a network's softmax reaches them)
+        clamped = _clamped(base._categorical)
+        logits = base.logits if clamped is None else torch.where(clamped, torch.log(base.probs), base.logits)
         return dist.Categorical(logits=logits, validate_args=base._validate_args), (
             lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
         )
@@ -174,21 +177,38 @@ def _is_index(msg, base, value):
     return bool(((value == 0) | (value == 1)).all())
 
 
-def has_exact_probability(base):
-    """Whether ``base``, one of the host's Bernoulli / Categorical / OneHotCategorical, was built from
-    probabilities with an exact 0 or 1 (:func:`concrete_common.messages.exact_probability`): its
-    probabilities and its (clamped) logits disagree there. One built from logits is exact at any
-    value of them (its probabilities are computed from them, 0 only where their exp is)."""
+def _clamped(distribution):
+    """Where torch clamped the probabilities a Bernoulli / Categorical was given to [eps, 1 - eps]
+    before taking logits (elementwise), or None where it has no computed probabilities (given by
+    logits, they are computed lazily: nothing to read). Logits given are exact at any value, and the
+    probabilities computed from them are their softmax (0 where it underflows, beside a logit far
+    below log(eps)), so clamped ones are those near log(eps) above the probabilities' own log."""
+    if "probs" not in distribution.__dict__:
+        return None
+    probs, logits = distribution.probs, distribution.logits
+    floor = math.log(torch.finfo(probs.dtype).eps)
+    if isinstance(distribution, torch.distributions.Bernoulli):
+        exact = torch.log(probs) - torch.log1p(-probs)  # +-inf at 0 and 1
+        low = (logits > exact + 1e-3) & (logits > floor - 1) & (logits < 0)  # torch's logit(eps), about floor
+        return low | ((logits < exact - 1e-3) & (logits < 1 - floor) & (logits > 0))  # logit(1 - eps)
+    return (logits > torch.log(probs) + 1e-3) & (logits > floor - 1)
+
+
+def clamped_probability(base, relaxed=False):
+    """Whether ``base``, one of the host's Bernoulli / Categorical / OneHotCategorical built from
+    probabilities, has one that torch clamps to [eps, 1 - eps] before any use (``probs_to_logits``):
+    0 and 1, and any below eps = 1.2e-7 in float32, which a network's sigmoid or softmax reaches. Its
+    log density and logits are then of the clamped value, not of the model (a Bernoulli of
+    probability 1e-30 scored the outcome at log 1.2e-7; :func:`concrete_common.messages.clamped_probability`).
+    One built from logits is exact at any value of them. (``relaxed``: for ``relax``, where NumPyro
+    refuses more; here the clamped ones already include every 0.)"""
     if not isinstance(base, (torch.distributions.Bernoulli, torch.distributions.Categorical, torch.distributions.OneHotCategorical)):
         return False
-    inner = getattr(base, "_categorical", base)  # OneHotCategorical holds a Categorical
-    if "probs" not in inner.__dict__ or _traced() or torch._C._is_tracing():
-        return False  # given by logits, its probabilities never computed: nothing read on a training step
+    if _traced() or torch._C._is_tracing():
+        return False
     with torch.no_grad():
-        probs, logits = base.probs, base.logits
-        if isinstance(base, torch.distributions.Bernoulli):
-            return bool((((probs == 1) & (torch.sigmoid(logits) < 1)) | ((probs == 0) & (torch.sigmoid(logits) > 0))).any())
-        return bool(((probs == 0) & (logits.exp() > 0)).any())
+        clamped = _clamped(getattr(base, "_categorical", base))  # OneHotCategorical holds a Categorical
+        return clamped is not None and bool(clamped.any())  # given by logits: nothing read on a training step
 
 
 def _infinite(logits):
@@ -353,8 +373,9 @@ def discrete(
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param str mode: "sample", "enumerate" or "argmax".
-    :param sites: None (every Concrete-family site), a site name, or a collection of names (a name
-        that no sample site of a run has raises a ValueError after the run).
+    :param sites: None (every Concrete-family site), a site name, or a collection of names (a run
+        whose sample sites include none of the names raises a ValueError after it; a name that only
+        some runs draw, such as a step beyond a minibatch's length, is no error).
     """
     messenger = DiscreteMessenger(mode=mode, sites=sites)
     return messenger if fn is None else messenger(fn)
@@ -392,9 +413,11 @@ class RelaxMessenger(NamingSites, Messenger):
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
+        if clamped_probability(base, relaxed=True):
+            raise ValueError(f"relax: {messages.clamped_probability(msg['name'], type(base).__name__)}")
         # -inf logits: what the relaxed site's own validation would refuse, named here (validation on only)
-        if has_exact_probability(base) or (getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (torch.distributions.OneHotCategorical, torch.distributions.Bernoulli)) else None)):
-            raise ValueError(f"relax: {messages.exact_probability(msg['name'], type(base).__name__)}")
+        if getattr(base, "_validate_args", False) and _infinite(base.logits if isinstance(base, (torch.distributions.OneHotCategorical, torch.distributions.Bernoulli)) else None):
+            raise ValueError(f"relax: {messages.infinite_logits(msg['name'], type(base).__name__)}")
         if isinstance(base, torch.distributions.OneHotCategorical):
             relaxed = Concrete(self._temperature(msg), logits=base.logits, validate_args=base._validate_args)
         elif isinstance(base, torch.distributions.Bernoulli):
@@ -424,7 +447,8 @@ def relax(
         message and returning the site's temperature.
     :param sites: None (every OneHotCategorical/Bernoulli site; an integer ``Categorical`` site is left
         alone), a site name, or a collection of names (naming a ``Categorical`` site raises: no point of
-        the simplex stands for an integer value; so does a name that no sample site of a run has).
+        the simplex stands for an integer value; so does a run whose sample sites include none of the
+        names).
     """
     messenger = RelaxMessenger(temperature=temperature, sites=sites)
     return messenger if fn is None else messenger(fn)

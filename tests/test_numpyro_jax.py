@@ -375,6 +375,82 @@ def test_map_assignment_of_a_markov_chain_is_compiled_where_the_model_allows(bra
     np.testing.assert_array_equal(path, _viterbi(np.asarray(data, np.float64), init, trans, emit))
 
 
+def test_decodings_inside_the_users_jit_and_vmap_are_joint_and_the_eager_ones():
+    """Inside the user's jit a tie cannot be read before the decoding runs, so map_assignment decodes
+    site by site there: with (a, b) = (0, 1) and (1, 0) both most probable at every point, one of
+    them, never a mix such as (0, 0). sample_assignment under vmap over keys draws what it draws
+    eagerly with each key."""
+
+    def model(x):
+        with numpyro.plate("data", 4):
+            a = numpyro.sample("a", nc.BinConcrete(0.5, logits=jnp.zeros(4)))
+            b = numpyro.sample("b", nc.BinConcrete(0.5, logits=3.0 - 6.0 * a))
+            numpyro.sample("x", numpyro.distributions.Normal(0.0 * b + a, 1.0), obs=x)
+
+    data = jnp.full(4, 0.5)  # a = 0 and a = 1 equally likely: x is 0.5 from both means
+    for decoded in (jax.jit(lambda x: nc.map_assignment(model, x))(data), jax.vmap(lambda x: nc.map_assignment(model, x))(data[None])):
+        a, b = (np.asarray(decoded[name]).reshape(4) for name in ("a", "b"))
+        assert set(np.unique(a)) <= {0.0, 1.0}
+        np.testing.assert_array_equal(a + b, np.ones(4))
+    keys = jax.random.split(KEY, 3)
+    batched = jax.vmap(lambda key: nc.sample_assignment(model, data, rng_key=key))(keys)
+    for i, key in enumerate(keys):
+        eager = nc.sample_assignment(model, data, rng_key=key)
+        for name in ("a", "b"):
+            np.testing.assert_array_equal(batched[name][i], eager[name])
+
+
+def test_a_chain_deeper_than_the_recursion_limit_raises_saying_so():
+    """funsor's interpreter recurses through a markov chain's factors (the default limit of 1000
+    frames stopped chains of about 400 steps, the host's own log density too): the exact helpers say
+    so and how to raise the limit, where the host's RecursionError came from deep inside funsor. The
+    limit is lowered here so that a short chain reaches it."""
+    import inspect
+    import sys
+
+    from numpyro.contrib.funsor import markov
+
+    def model(x):
+        z = None
+        for t in markov(range(len(x))):
+            z = numpyro.sample(f"z_{t}", nc.Concrete(0.5, logits=jnp.zeros(2) if z is None else z @ jnp.eye(2)))
+            numpyro.sample(f"x_{t}", numpyro.distributions.Normal(z @ jnp.arange(2.0), 1.0), obs=x[t])
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 200)
+    try:
+        for helper in (nc.marginal_log_likelihood, nc.map_assignment):
+            with pytest.raises(RecursionError, match=rf"{helper.__name__}: funsor's interpreter went deeper than Python's recursion limit .* sys.setrecursionlimit"):
+                helper(model, jnp.zeros(150))
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_the_helpers_read_mutable_state_substituted_outside_them():
+    """``numpyro.primitives.mutable`` state (what ``flax_module`` and ``haiku_module`` keep BatchNorm
+    statistics in), given its trained value by the user's ``substitute`` around the call: the helpers
+    hid it with every other site of their runs (ninth round of user trials), and the initial state
+    gave log p(x) = -4.996 for -7.725."""
+    from jax.scipy.special import logsumexp
+
+    x, locs = jnp.array([0.3, -1.2, 2.0]), jnp.array([-1.0, 0.0, 1.5])
+
+    def model(x):
+        state = numpyro.primitives.mutable("bn", {"shift": jnp.array(0.0)})
+        with numpyro.plate("n", 3):
+            z = numpyro.sample("z", nc.Concrete(0.5, probs=jnp.ones(3) / 3))
+            numpyro.sample("x", numpyro.distributions.Normal(z @ locs + state["shift"], 1.0), obs=x)
+
+    trained = {"bn": {"shift": jnp.array(2.0)}}
+    scores = jnp.log(1 / 3) + numpyro.distributions.Normal(locs + 2.0, 1.0).log_prob(x[:, None])
+    expected = float(logsumexp(scores, -1).sum())
+    with numpyro.handlers.substitute(data=trained):
+        actual = float(nc.marginal_log_likelihood(model, x))
+        decoded = nc.map_assignment(model, x)["z"]
+    assert abs(actual - expected) < 1e-5, (actual, expected)
+    np.testing.assert_array_equal(np.asarray(decoded).argmax(-1), np.asarray(scores).argmax(-1))
+
+
 def test_clearing_the_carry_scores_an_own_sample_from_its_values():
     """``carry.clear()`` forgets every sample, inside ``jit`` too: afterwards an underflowed own
     sample is scored from its values, as a copy is (the density's boundary limit), where before it

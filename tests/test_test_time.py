@@ -2,6 +2,7 @@
 ``relax``; the log-space reparametrizer; and the evaluation helpers -- checked against brute-force
 enumeration on small mixtures."""
 
+import re
 import threading
 import warnings
 
@@ -453,6 +454,44 @@ def test_a_helper_inside_a_model_leaves_its_sites_out_of_the_callers_trace(backe
     np.testing.assert_array_equal(values[1], _brute_force("Concrete").argmax(1))
 
 
+def test_a_helper_inside_the_callers_plate_allocates_its_own_plates(backend):
+    """A helper called inside the caller's plate (a per-group term, or ``Trace_ELBO``'s vectorized
+    particles): Pyro's allocator of plate dimensions is global, so the helper's plate took the next
+    dimension, left of its data, and the host raised "Invalid tensor shape" (ninth round of user
+    trials). The helper's plates start afresh; the caller's are back after it."""
+    sub, x = mixture(backend, "Concrete"), backend.array(DATA)
+    values = []
+
+    def model():
+        with backend.plate("groups", 2):
+            values.append(float(backend.numpy(backend.lib.marginal_log_likelihood(sub, x))))
+            values.append(_as_index("Concrete", backend.numpy(backend.lib.map_assignment(sub, x)["z"])))
+            return backend.site("mu", backend.normal(0.0, 1.0))
+
+    mu = backend.run(model).sites["mu"].value
+    assert backend.numpy(mu).shape == (2,)  # the caller's plate, still at its dimension
+    np.testing.assert_allclose(values[0], logsumexp(_brute_force("Concrete"), axis=1).sum(), rtol=1e-9)
+    np.testing.assert_array_equal(values[1], _brute_force("Concrete").argmax(1))
+
+
+def test_a_helper_inside_a_model_the_host_enumerates(backend):
+    """A helper called inside a model whose own discrete sites the host enumerates (its value a term
+    of the model): the hosts keep enumeration dimensions in global state, and the helper's run reset
+    them under the caller (Pyro: "Invalid tensor shape"; NumPyro: funsor's KeyError 'data'). The
+    caller's enumeration is exact around the call, with the helper's value as a factor."""
+    sub, x = mixture(backend, "Concrete"), backend.array(DATA)
+
+    def model():
+        y = backend.site("y", backend.bernoulli(backend.array(0.3)), infer={"enumerate": "parallel"})
+        backend.factor("sub", backend.lib.marginal_log_likelihood(sub, x))
+        w = backend.site("w", backend.bernoulli(backend.array(0.6)), infer={"enumerate": "parallel"})
+        backend.site("o", backend.normal(y + 2.0 * w, 1.0), obs=backend.array(1.7))
+
+    exact = logsumexp([np.log(py * pw) + stats.norm.logpdf(1.7, y + 2.0 * w, 1.0) for y, py in ((0, 0.7), (1, 0.3)) for w, pw in ((0, 0.4), (1, 0.6))])
+    exact += logsumexp(_brute_force("Concrete"), axis=1).sum()
+    np.testing.assert_allclose(-backend.enum_loss(model, lambda: None), exact, rtol=1e-9)
+
+
 def test_the_helpers_arguments_that_name_the_wrong_thing_raise(backend):
     """``given`` naming an observed site left it out of the log joint (marginal_log_likelihood 0.0
     for a model with no other observation), ``params`` of another type than a dict was taken, and a
@@ -481,18 +520,39 @@ def test_a_name_in_sites_that_no_site_of_the_model_has_raises(backend):
         with backend.plate("data", N):
             backend.site("z", backend.lib.limits.OneHotCategorical(logits=logits))
 
-    message = r"sites= names \['Z'\], which no sample site of the model has \(its sites: \['x', 'z'\]\)"
+    message = r"sites= names \['Z'\], none of which is a sample site of the model \(its sites: \['x', 'z'\]\)"
     with pytest.raises(ValueError, match="discrete: " + message):
         backend.run(backend.lib.discrete(model, mode="argmax", sites="Z"), x)
     with pytest.raises(ValueError, match="discrete: " + message):
         with backend.lib.discrete(mode="argmax", sites=["Z"]):
             backend.run(model, x)
-    with pytest.raises(ValueError, match=r"relax: sites= names \['Z'\], which no sample site of the model has \(its sites: \['z'\]\)"):
+    with pytest.raises(ValueError, match=r"relax: sites= names \['Z'\], none of which is a sample site of the model \(its sites: \['z'\]\)"):
         backend.run(backend.lib.relax(discrete_model, temperature=0.5, sites=["Z"]))
     run = backend.run(backend.lib.discrete(model, mode="argmax", sites="z"), x)
     np.testing.assert_array_equal(run.sites["z"].value, np.eye(3)[np.full(N, LOGITS[True].argmax())])
     with backend.lib.discrete(mode="argmax", sites="Z"):
         pass
+
+
+def test_sites_naming_a_site_that_only_some_runs_draw_is_no_error(backend):
+    """Names of sites that a run does not draw (``z_2`` beyond a minibatch's chain of two steps): the
+    eighth round's check raised on every run that missed any name, so training stopped at random
+    steps (ninth round of user trials); a run that has one of the names is left alone, and the
+    named sites it has are relaxed or swapped."""
+    logits = backend.array(LOGITS[True])
+
+    def chain(steps):
+        for t in range(steps):
+            backend.site(f"z_{t}", backend.lib.limits.OneHotCategorical(logits=logits))
+
+    names = ["z_0", "z_1", "z_2"]
+    relaxed = backend.run(backend.lib.relax(chain, temperature=0.5, sites=names), 2)
+    assert set(relaxed.sites) == {"z_0", "z_1"}
+    assert not set(np.unique(backend.numpy(relaxed.sites["z_1"].value))) <= {0.0, 1.0}  # a relaxed draw
+    mode = backend.run(backend.lib.discrete(backend.lib.relax(chain, temperature=0.5), mode="argmax", sites=names), 2)
+    np.testing.assert_array_equal(mode.sites["z_1"].value, np.eye(3)[LOGITS[True].argmax()])
+    with pytest.raises(ValueError, match=r"relax: sites= names \['z_2', 'z_3'\], none of which is a sample site of the model \(its sites: \['z_0', 'z_1'\]\)"):
+        backend.run(backend.lib.relax(chain, temperature=0.5, sites=["z_2", "z_3"]), 2)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -532,11 +592,38 @@ def test_a_host_site_of_a_probability_of_exactly_one_is_refused(backend):
             z = backend.site("z", backend.bernoulli(backend.array(1.0, "float32")))
             backend.site("x", backend.normal(9.0 - 11.0 * z, 1.0), obs=x)
 
-    message = r"site 'z' is \w+\(probs=\.\.\.\) with a probability of exactly 0 or 1"
+    message = r"site 'z' is \w+\(probs=\.\.\.\) with a probability that the host clamps before using it"
     with pytest.raises(ValueError, match="^marginal_log_likelihood: " + message):
         backend.lib.marginal_log_likelihood(model, x)
     with pytest.raises(ValueError, match="relax: " + message):
         backend.run(backend.lib.relax(model, temperature=0.5), x)
+
+
+@pytest.mark.parametrize("kind", ["bernoulli", "one_hot_categorical"])
+def test_a_host_site_of_a_probability_below_eps_is_exact_or_refused(backend, kind):
+    """A probability of 1e-30 in float32, as a network's sigmoid or softmax gives: Pyro clamps every
+    probability below eps = 1.2e-7 (``probs_to_logits``), and the exact sum, where only that value
+    explains x = 9, was -16.86 for -69.99 (ninth round of user trials). Pyro's Bernoulli now raises,
+    and its one-hot site, enumerated as an index, takes the probabilities' own logarithms; NumPyro
+    keeps a probability down to its dtype's smallest normal number and sums it exactly."""
+    x = backend.array([9.0], "float32")
+
+    def model(x):
+        with backend.plate("data", 1):
+            if kind == "bernoulli":
+                z = backend.site("z", backend.bernoulli(backend.array(1e-30, "float32")))
+            else:
+                one_hot = backend.site("z", backend.one_hot_categorical(backend.array([1.0, 1e-30], "float32")))
+                z = one_hot[..., 1]
+            backend.site("x", backend.normal(-11.0 + 20.0 * z, 1.0), obs=x)
+
+    expected = logsumexp([np.log(1e-30) + stats.norm.logpdf(9.0, 9.0, 1.0), np.log1p(-1e-30) + stats.norm.logpdf(9.0, -11.0, 1.0)])
+    try:
+        actual = float(backend.numpy(backend.lib.marginal_log_likelihood(model, x)))
+    except ValueError as error:
+        assert re.match(r"marginal_log_likelihood: site 'z' is \w+\(probs=\.\.\.\) with a probability that the host clamps", str(error)), error
+    else:
+        assert abs(actual - expected) < 1e-3, (actual, expected)
 
 
 def test_the_map_of_padded_chains_leaves_the_padding_out(backend):
@@ -566,6 +653,24 @@ def test_the_map_of_padded_chains_leaves_the_padding_out(backend):
             joint = head[:, None] + np.log(trans) + stats.norm.logpdf(y1[n], locs, 1.0)[None, :]
             assert (x0[n], x1[n]) == np.unravel_index(joint.argmax(), joint.shape), (n, x0, x1, joint)
     assert x0[0] == 0  # the case the bias got wrong: 0.55 * 0.5 against 0.45 * 0.99
+
+
+def test_the_map_of_a_masked_out_latent_is_decided_by_its_children(backend):
+    """A latent masked out (its own density left out) whose observed child is not: its value still
+    matters through the child, z = 1 (log joint -0.92) against z = 0 (-13.42) at every point.
+    NumPyro's max-product gradient put each site's potential inside its mask, so a masked-out site
+    had no gradient and was decoded as the first value, 0 (before the ninth round of user trials)."""
+
+    def model():
+        with backend.plate("points", 3):
+            with backend.mask(np.array([False, False, True])):
+                z = backend.site("z", backend.lib.BinConcrete(0.5, probs=backend.array(np.full(3, 0.9))))
+            backend.site("x", backend.normal(5.0 * z, 1.0), obs=backend.array(np.array([5.0, 0.0, 2.4])))
+
+    decoded = backend.numpy(backend.lib.map_assignment(model)["z"])
+    # points 0 and 1 masked: the child alone decides (5.0 -> 1, 0.0 -> 0); point 2 keeps its prior:
+    # 0.9 N(2.4 | 5) = e^-4.40 against 0.1 N(2.4 | 0) = e^-6.10
+    np.testing.assert_array_equal(decoded, [1.0, 0.0, 1.0])
 
 
 def test_an_index_decoded_under_a_plate_outside_the_enumerate_mode_is_an_index(backend):
@@ -1465,6 +1570,82 @@ def test_map_of_a_long_chain_is_the_viterbi_path(backend):
     decoded = [int(backend.numpy(assignment[f"x_{t}"]).argmax()) for t in range(len(data))]
     assert decoded == expected
     np.testing.assert_array_equal(backend.numpy(assignment["x_7"]), np.eye(3)[expected[7]])
+
+
+def _forward_backward(log_init, log_trans, log_emit):
+    """(the posterior marginals (steps, states), the pairwise ones of steps (t, t + 1): (steps - 1,
+    states, states)) of a chain, by the forward-backward recursions in log space."""
+    steps = len(log_emit)
+    alpha, beta = np.zeros_like(log_emit), np.zeros_like(log_emit)
+    alpha[0] = log_init + log_emit[0]
+    for t in range(1, steps):
+        alpha[t] = logsumexp(alpha[t - 1][:, None] + log_trans, 0) + log_emit[t]
+    for t in range(steps - 2, -1, -1):
+        beta[t] = logsumexp(log_trans + (log_emit[t + 1] + beta[t + 1])[None], 1)
+    log_evidence = logsumexp(alpha[-1])
+    pairs = alpha[:-1, :, None] + log_trans[None] + (log_emit[1:] + beta[1:])[:, None, :]
+    return np.exp(alpha + beta - log_evidence), np.exp(pairs - log_evidence)
+
+
+def test_sample_assignment_of_a_long_chain_draws_the_exact_posterior(backend):
+    """40 steps (NumPyro drew with funsor's infer_discrete before the ninth round of user trials,
+    in time exponential in the length: 7 s and 1.7 GB at 16 steps): 2000 copies of one sequence in a
+    plate are 2000 independent draws of its path, whose marginals at a step and pairs of successive
+    steps follow the forward-backward posterior."""
+    data, copies = np.random.default_rng(11).normal(size=40) * 2, 2000
+    log_init, log_trans = np.log(HMM_INIT), np.log(HMM_TRANS)
+    marginals, pairs = _forward_backward(log_init, log_trans, stats.norm.logpdf(data[:, None], HMM_LOCS[None], 1.0))
+    init, trans, locs = (backend.array(a) for a in (HMM_INIT, HMM_TRANS, HMM_LOCS))
+
+    def model(y):
+        with backend.plate("copies", copies):
+            x = backend.site("x_0", backend.lib.Concrete(0.5, probs=init))
+            backend.site("y_0", backend.normal(x @ locs, 1.0), obs=y[0])
+            for t in backend.markov(range(1, len(data))):
+                x = backend.site(f"x_{t}", backend.lib.Concrete(0.5, probs=x @ trans))
+                backend.site(f"y_{t}", backend.normal(x @ locs, 1.0), obs=y[t])
+
+    draw = backend.sample_assignment(model, backend.array(np.repeat(data[:, None], copies, 1)), seed=5)
+    paths = np.stack([backend.numpy(draw[f"x_{t}"]).argmax(-1) for t in range(len(data))], 1)  # (copies, steps)
+    np.testing.assert_array_equal(backend.numpy(draw["x_30"]), np.eye(3)[paths[:, 30]])
+    for t in (0, 20, 39):
+        assert_frequencies(np.bincount(paths[:, t], minlength=3), marginals[t], f"step {t}")
+    assert_frequencies(np.bincount(paths[:, 19] * 3 + paths[:, 20], minlength=9), pairs[19].ravel(), "steps 19, 20")
+
+
+def test_sample_assignment_of_a_chain_with_structural_zeros_draws_only_possible_paths(backend):
+    """A left-to-right chain (transitions of probability exactly 0): NumPyro's site-by-site draw took
+    each site's posterior marginals from the gradient of funsor's log-space sum, whose log(0) at a
+    state no parent reaches has gradient NaN, and drew impossible paths (0 -> 2 -> 1). Draws of 2000
+    copies follow the forward-backward posterior, and never take an impossible step; observations
+    that every path rules out raise."""
+    trans = np.array([[0.6, 0.4, 0.0], [0.0, 0.7, 0.3], [0.0, 0.0, 1.0]])
+    data, locs, copies = np.array([-1.0, -0.5, 0.2, 0.9, 1.1, 2.2]), np.array([-1.0, 0.5, 2.0]), 2000
+    with np.errstate(divide="ignore"):
+        log_init, log_trans = np.log([1.0, 0.0, 0.0]), np.log(trans)
+    marginals, pairs = _forward_backward(log_init, log_trans, stats.norm.logpdf(data[:, None], locs[None], 0.5))
+
+    def model(y):
+        with backend.plate("copies", copies):
+            x = backend.site("x_0", backend.lib.limits.OneHotCategorical(probs=backend.array(np.array([1.0, 0.0, 0.0]))))
+            backend.site("y_0", backend.normal(x @ backend.array(locs), 0.5), obs=y[0])
+            for t in backend.markov(range(1, len(data))):
+                x = backend.site(f"x_{t}", backend.lib.limits.OneHotCategorical(probs=x @ backend.array(trans)))
+                backend.site(f"y_{t}", backend.normal(x @ backend.array(locs), 0.5), obs=y[t])
+
+    draw = backend.sample_assignment(model, backend.array(np.repeat(data[:, None], copies, 1)), seed=2)
+    paths = np.stack([backend.numpy(draw[f"x_{t}"]).argmax(-1) for t in range(len(data))], 1)
+    assert np.all(trans[paths[:, :-1], paths[:, 1:]] > 0) and np.all(paths[:, 0] == 0)
+    for t in (1, 3):
+        assert_frequencies(np.bincount(paths[:, t], minlength=3), marginals[t], f"step {t}")
+    assert_frequencies(np.bincount(paths[:, 2] * 3 + paths[:, 3], minlength=9), pairs[2].ravel(), "steps 2, 3")
+
+    def ruled_out():
+        z = backend.site("z", backend.lib.BinConcrete(0.5, probs=backend.array(0.3)))
+        backend.factor("never", 0.0 * z - np.inf)
+
+    with pytest.raises(ValueError, match=r"^sample_assignment: the posterior of the discrete sites \['z'\] is not defined"):
+        backend.sample_assignment(ruled_out, seed=2)
 
 
 def test_map_with_tied_maximizers_is_one_of_them_jointly(backend):

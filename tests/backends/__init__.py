@@ -58,6 +58,7 @@ An adapter provides:
 ``sample_assignment(model, *args, given, seed)``
                                     the library's sample_assignment with that seed
 ``enum_loss(model, guide, *args)``  TraceEnum_ELBO's loss
+``factor(name, log_factor)``        the PPL's factor statement
 ``elbo_loss(model, guide, *args, seed, num_particles, loss)``
                                     the loss (default Trace_ELBO) for that seed
 ``discrete_log_likelihood(model, guide, *args, num_particles, plate, params, seed, raw)``

@@ -244,6 +244,13 @@ class Backend:
         """The host's own Bernoulli, built from probabilities."""
         return numpyro.distributions.Bernoulli(probs=probs)
 
+    def one_hot_categorical(self, probs):
+        """A OneHotCategorical built from probabilities (NumPyro has none of its own: the library's)."""
+        return self.lib.limits.OneHotCategorical(probs=probs)
+
+    def factor(self, name, log_factor):
+        return numpyro.factor(name, log_factor)
+
     def delta(self, value, event_dim=0):
         return numpyro.distributions.Delta(value, event_dim=event_dim)
 

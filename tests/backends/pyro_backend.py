@@ -235,6 +235,13 @@ class Backend:
         """The host's own Bernoulli, built from probabilities."""
         return pyro.distributions.Bernoulli(probs=probs)
 
+    def one_hot_categorical(self, probs):
+        """The host's own OneHotCategorical, built from probabilities."""
+        return pyro.distributions.OneHotCategorical(probs=probs)
+
+    def factor(self, name, log_factor):
+        return pyro.factor(name, log_factor)
+
     def delta(self, value, event_dim=0):
         return pyro.distributions.Delta(value, event_dim=event_dim)
 
