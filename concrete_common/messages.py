@@ -637,8 +637,8 @@ def funsor_recursion(limit):
     through the chain's factors; the host's own ``log_density`` of an enumerated chain stops alike)."""
     return (
         f"funsor's interpreter went deeper than Python's recursion limit ({limit}) while summing out the "
-        "model's discrete sites: a markov chain of about 400 steps or more reaches the default limit of "
-        "1000. Raise it before the call, with sys.setrecursionlimit (20000 ran a chain of 1000 steps)"
+        "model's discrete sites: a markov chain of some hundreds of steps reaches the default limit of 1000. "
+        "Raise it before the call, with sys.setrecursionlimit"
     )
 
 
@@ -648,4 +648,3 @@ def no_posterior(sites):
         f"the posterior of the discrete sites {sites} is not defined: every assignment of them has probability 0 "
         "given the observations (an observation the model rules out under every value)"
     )
-

@@ -402,7 +402,7 @@ def test_decodings_inside_the_users_jit_and_vmap_are_joint_and_the_eager_ones():
 
 def test_a_chain_deeper_than_the_recursion_limit_raises_saying_so():
     """funsor's interpreter recurses through a markov chain's factors (the default limit of 1000
-    frames stopped chains of about 400 steps, the host's own log density too): the exact helpers say
+    frames stopped chains of some hundreds of steps, the host's own log density too): the exact helpers say
     so and how to raise the limit, where the host's RecursionError came from deep inside funsor. The
     limit is lowered here so that a short chain reaches it."""
     import inspect
