@@ -47,6 +47,11 @@ def discrete_graph(helper, runtime=None):
             _remove_guard(runtime)
 
 
+def helper_running():
+    """Whether an exact helper is running a discrete graph in this thread."""
+    return bool(_STATE.helpers)
+
+
 def _install_guard(runtime):
     """The host's ``default_process_message`` checked while any thread runs a helper, the check made
     in the threads that do (:func:`check_no_discrete_draw`); counted, so that helpers of several

@@ -154,6 +154,16 @@ def sequential_enumeration(site):
     )
 
 
+def vectorized_markov(site):
+    """A site of Pyro's ``vectorized_markov`` (its funsor backend): the chain is traced as overlapping
+    slices, one of them a copy marked not to be scored, which only that backend's own ELBOs read."""
+    return ModelError(
+        f"site {site!r} is a slice of a vectorized_markov chain (pyro.contrib.funsor), whose overlapping slices "
+        "only that backend's TraceMarkovEnum_ELBO knows how to score; here they were summed as separate sites "
+        "(a wrong log p(x), and decodings that disagree with themselves). Write the chain with pyro.markov"
+    )
+
+
 def check_full_plate(plate, subsample_size, size):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""
@@ -235,7 +245,7 @@ def clamped_probability(site, cls_name):
     written."""
     return ModelError(
         f"site {site!r} is {cls_name}(probs=...) with a probability that the host clamps before using it (0 or 1, "
-        "or closer to them than the dtype's eps: 1.2e-7 in float32), so its log density is of the clamped value, "
+        "or closer to them than the dtype's eps: 1.2e-7 in float32, 2.2e-16 in float64), so its log density is of the clamped value, "
         "not the model's, and no Concrete distribution has a probability of 0: pass logits=... (exact at any "
         "value), or leave an impossible value out of the site's support (fewer categories, or a constant in "
         "place of a certain coin)"

@@ -368,8 +368,10 @@ def _joint_latent_layouts(guide):
 def _marginal_log_prob(joint, value, keep):
     """The log density, at ``value``, of the coordinates ``keep`` (a boolean mask over the last
     dimension) of ``joint``, the rest integrated out: closed form for a diagonal Normal (the
-    product over the kept coordinates) and a (low-rank) multivariate Normal (the Normal with the
-    kept rows and columns of the covariance); None for any other distribution."""
+    product over the kept coordinates), a (low-rank) multivariate Normal (the Normal with the
+    kept rows and columns of the covariance) and a batch of them flattened into one vector
+    (AutoBatchedMultivariateNormal: the sum over the rows);
+    None for any other distribution."""
     if isinstance(joint, dist.Independent) and isinstance(joint.base_dist, dist.Normal):
         if joint.reinterpreted_batch_ndims == 1:
             return jnp.where(keep, joint.base_dist.log_prob(value), 0.0).sum(-1)
@@ -379,7 +381,37 @@ def _marginal_log_prob(joint, value, keep):
         index = np.flatnonzero(keep)
         covariance = joint.covariance_matrix[..., index, :][..., index]
         return dist.MultivariateNormal(joint.loc[..., index], covariance_matrix=covariance).log_prob(value[..., index])
+    elif _is_flattened_batch(joint):  # AutoBatched(LowRank)MultivariateNormal
+        # the latent vector cut into independent rows (not a plate's elements: rows of consecutive
+        # coordinates, so one row may hold one site's and another another's): per row, the marginal
+        # of the coordinates it keeps, rows keeping alike computed together
+        rows = joint.base_dist  # Independent(a batch of multivariate Normals): the rows as its event
+        shape = tuple(rows.event_shape)
+        row_keep = np.reshape(keep, shape)
+        row_values = jnp.reshape(value, jnp.shape(value)[:-1] + shape)
+        total = 0.0
+        for pattern in np.unique(row_keep.reshape(-1, shape[-1]), axis=0):
+            if not pattern.any():
+                continue
+            log_prob = _marginal_log_prob(rows.base_dist, row_values, pattern)
+            if log_prob is None:
+                return None
+            chosen = (row_keep == pattern).all(-1)
+            total = total + jnp.where(chosen, log_prob, 0.0).sum(tuple(range(-len(shape) + 1, 0)))
+        return total
     return None
+
+
+def _is_flattened_batch(joint):
+    """A batch of vectors, reinterpreted as one event and flattened into one vector by a reshape."""
+    return (
+        isinstance(joint, dist.TransformedDistribution)
+        and len(joint.transforms) == 1
+        and isinstance(joint.transforms[0], dist.transforms.ReshapeTransform)
+        and isinstance(joint.base_dist, dist.Independent)
+        and len(joint.base_dist.event_shape) == 2
+        and len(joint.base_dist.base_dist.batch_shape) >= 1
+    )
 
 
 class _Marginal(dist.Distribution):

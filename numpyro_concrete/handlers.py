@@ -158,6 +158,9 @@ def _index_distribution(base):
         # by the parameter it was given: probs with a 0 are logits of -inf, which CategoricalLogits refuses
         index = _IndexCategoricalProbs(base.probs) if "probs" in vars(base) else _IndexCategoricalLogits(base.logits)
         return index, lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
+    if _given_probs(base):  # the model's own Bernoulli, in an exact helper: its probability, exact at 0 and 1
+        probs = jnp.asarray(base.probs, dtype)
+        return _IndexCategoricalProbs(jnp.stack([1 - probs, probs], -1)), lambda index: index
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -169,6 +172,14 @@ def _index_distribution(base):
     if isinstance(base, (BinConcrete, HardConcrete)):
         return dist.BernoulliLogits(base.discrete().logits), lambda index: jnp.asarray(index, dtype)
     return dist.BernoulliLogits(base.logits), lambda index: jnp.where(index > 0, jnp.inf, -jnp.inf).astype(dtype)
+
+
+def _given_probs(base):
+    """A host ``Bernoulli`` given a probability, while an exact helper runs: enumerated by its
+    probabilities' own logarithms, exact at 0 and 1 (a padded element masked out) and below tiny,
+    where NumPyro's log density is of probabilities clamped to [tiny, 1 - eps]. (On a training step,
+    discrete(...) leaves it to the host; a ``CategoricalProbs`` is exact already.)"""
+    return type(base) is dist.BernoulliProbs and evaluating.helper_running()
 
 
 def _batch_dims(msg):
@@ -194,7 +205,7 @@ def _is_index(msg, base, value):
         return not jnp.issubdtype(jnp.result_type(value), jnp.floating) and not one_hot
     if isinstance(value, jax.core.Tracer):
         return True  # a traced value cannot be read: the host's index, as it substitutes one
-    return bool(jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)))
+    return _read(lambda: jnp.all((jnp.asarray(value) == 0) | (jnp.asarray(value) == 1)), True)
 
 
 def clamped_probability(base, relaxed=False):
@@ -209,15 +220,24 @@ def clamped_probability(base, relaxed=False):
         return False
     probs = base.probs
     if type(base) is dist.CategoricalProbs:
-        return relaxed and bool(jnp.any(probs == 0))
+        return relaxed and _read(lambda: jnp.any(probs == 0), False)
     finfo = jnp.finfo(jnp.result_type(probs, float))
-    return bool(jnp.any((probs < finfo.tiny) | (probs > 1 - finfo.eps)))
+    return _read(lambda: jnp.any((probs < finfo.tiny) | (probs > 1 - finfo.eps)), False)
+
+
+def _read(check, traced):
+    """The boolean ``check()`` computes from values known when the model runs (constants, eager
+    arrays), also inside ``jit`` (where ``jnp`` would stage even a constant's check, and ``bool`` of
+    it raised); ``traced`` where it depends on a traced value."""
+    with jax.ensure_compile_time_eval():
+        result = check()
+    return traced if isinstance(result, jax.core.Tracer) else bool(result)
 
 
 def _infinite(logits):
     """Logits of -inf (a probability of exactly 0, which a Concrete distribution cannot have), where
-    they can be read (eagerly)."""
-    return logits is not None and not isinstance(logits, jax.core.Tracer) and bool(jnp.any(jnp.isinf(logits)))
+    they can be read (eagerly, or constants)."""
+    return logits is not None and _read(lambda: jnp.any(jnp.isinf(logits)), False)
 
 
 def _visible_outside(handler, msg):
@@ -310,7 +330,7 @@ class DiscreteMessenger(NamingSites, Messenger):
         base, wrappers = unwrap(msg["fn"])
         held, substituted = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
-        if enumerated and isinstance(base, ONE_HOT):
+        if enumerated and (isinstance(base, ONE_HOT) or _given_probs(base)):
             pass  # enumerated as an index too: NumPyro's enumeration of one-hot values fails on its shapes
         elif not isinstance(base, CONCRETE_FAMILY):
             return
@@ -339,7 +359,7 @@ class DiscreteMessenger(NamingSites, Messenger):
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)
-        if substituted is not None and not isinstance(substituted, jax.core.Tracer) and not bool(jnp.all(limit.support(substituted))):
+        if substituted is not None and not _read(lambda: jnp.all(limit.support(substituted)), True):
             raise messages.value_off_discrete_support(msg["name"])
         if self.mode is Mode.ARGMAX:
             msg["value"] = jnp.broadcast_to(limit.mode, msg["fn"].shape())
@@ -455,7 +475,8 @@ def relax(
     """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
     BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
     as written. Observed sites are left alone; a relaxed site loses any mark for enumeration
-    (``config_enumerate`` inside ``relax``): it is continuous.
+    (``config_enumerate`` inside ``relax``): it is continuous. (Pyro only: a mark with
+    ``num_samples``, for ``TraceTMC_ELBO``'s Monte Carlo enumeration of its draws, stays.)
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param temperature: a number, a dict of numbers by site name, or a callable taking the site

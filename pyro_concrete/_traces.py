@@ -296,6 +296,7 @@ def check_all_latents_discrete(trace):
 def check_full_data(trace):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""
+    check_scored_as_traced(trace)
     for site in sample_sites(trace):
         for frame in site["cond_indep_stack"]:
             if frame.full_size is not None:
@@ -309,6 +310,14 @@ def replayed_traces(model, guide, args, kwargs):
     return poutine.trace(poutine.replay(held_as_observed(model), trace=guide_trace)).get_trace(*args, **kwargs), guide_trace
 
 
+def check_scored_as_traced(trace):
+    """Every site of ``trace`` is scored as it was traced: a site of ``vectorized_markov`` (Pyro's funsor
+    backend) is a slice of a chain traced twice, once marked not to be scored, and raises."""
+    for site in sample_sites(trace):
+        if (site["infer"] or {}).get("_do_not_score"):
+            raise messages.vectorized_markov(site["name"])
+
+
 def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf):
     """(model trace, guide trace) with every site's log_prob: the guide traced and the model replayed
     against it, by the host's ``get_importance_trace`` (which also checks that model and guide match
@@ -318,13 +327,17 @@ def importance_traces(model, guide, args, kwargs, *, max_plate_nesting=math.inf)
     warning about such sites is not given."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Found vars in model but not guide")
-        return get_importance_trace("flat", max_plate_nesting, held_as_observed(model), guide, args, kwargs)
+        traces = get_importance_trace("flat", max_plate_nesting, held_as_observed(model), guide, args, kwargs)
+    for trace in traces:
+        check_scored_as_traced(trace)
+    return traces
 
 
 def replayed_model_trace(model, guide_trace, args, kwargs):
     """The model replayed against a given guide trace, its subsample sites pruned and every site
     scored (the model side of ``get_importance_trace``, for a guide trace made otherwise)."""
     trace = prune_subsample_sites(poutine.trace(poutine.replay(held_as_observed(model), trace=guide_trace)).get_trace(*args, **kwargs))
+    check_scored_as_traced(trace)
     trace.compute_log_prob()
     return trace
 

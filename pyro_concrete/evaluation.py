@@ -13,10 +13,12 @@ import pyro
 import pyro.poutine.runtime
 import torch
 from pyro import poutine
+from pyro.distributions import TorchDistribution
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 from pyro.infer.traceenum_elbo import _compute_model_factors
 from pyro.ops import packed
 from pyro.ops.contract import contract_tensor_tree
+from pyro.poutine.messenger import Messenger
 from torch import Tensor
 
 from concrete_common import evaluating, messages
@@ -264,11 +266,103 @@ def _unpadded(value, shape):
 def _assignment(model, args, kwargs, params, given, temperature):
     try:
         return _decoded(model, args, kwargs, params, given, temperature)
-    except (ValueError, RuntimeError):
+    except (ValueError, RuntimeError) as error:
         # infer_discrete's draw from logits that are NaN everywhere (the host's error): no posterior
         if temperature == 1 and (latents := _ruled_out(model, args, kwargs, params, given)):
             raise messages.ModelError(messages.no_posterior(latents)) from None
+        if temperature == 1 and type(error) is RuntimeError:
+            # the host's infer_discrete fails on some models it can sum (a site in an outer plate
+            # that a markov chain in an inner one reads: "shape '[2, 2, 2]' is invalid ...")
+            return _drawn_site_by_site(model, args, kwargs, params, given)
         raise
+
+
+def _drawn_site_by_site(model, args, kwargs, params, given):
+    """A draw from p(z | x), one latent site after another, each given those drawn before it (NumPyro's
+    decoding, ``_decode_by_conditioning``): the gradient of log p(x) (``_summed_log_joint``) with
+    respect to a zero potential e[k] added to a site's log density at its k-th value is the posterior
+    probability of that value. A site's value is drawn from it and then held by a potential of 0
+    there and a huge negative number elsewhere (-inf would make the exact ring's gradients NaN).
+    One forward and backward pass per site.
+
+    The elements of a site (its plates) are drawn at once, independently. That is exact because the
+    sites with fewer plates come first: in a model that Pyro can sum out (plates nested as a tree),
+    the elements of a site in the plates P depend on each other only through sites outside some
+    plate of P, and those are then held."""
+    model = with_given(with_params(held_as_observed(model), params), given)
+    checked = _checked_discrete_trace(model, args, kwargs, given)
+    sites = sorted((site for site in sample_sites(checked) if not site["is_observed"]), key=lambda site: len(site["cond_indep_stack"]))
+    supports = {site["name"]: _index_support(site) for site in sites}
+    swap = DiscreteMessenger(mode="enumerate")
+    enumerated = SummedWithPriorMasses()(config_enumerate(swap(model)))
+    potentials = {
+        site["name"]: torch.zeros(site["fn"].batch_shape + supports[site["name"]].shape, dtype=unwrap(site["fn"])[0].logits.dtype)
+        for site in sites
+    }
+    for site in sites:
+        name = site["name"]
+        trial = {key: value.detach().requires_grad_(key == name) for key, value in potentials.items()}
+        with torch.enable_grad(), evaluating.discrete_graph("the decoding", runtime=pyro.poutine.runtime):
+            log_joint = _summed_log_joint(_Potentials(trial)(enumerated), args, kwargs, max_plate_nesting(checked))
+            (shares,) = torch.autograd.grad(log_joint, [trial[name]])
+        # an element's shares sum to 1; to 0 (or NaN) where every assignment left has probability 0
+        if not bool((shares.sum(-1) > 0.5).all()):
+            raise messages.ModelError(messages.no_posterior([s["name"] for s in sites]))
+        chosen = torch.distributions.Categorical(probs=shares.clamp(min=0)).sample()
+        held = torch.nn.functional.one_hot(chosen, shares.shape[-1]).bool()
+        potentials[name] = torch.where(held, 0.0, -1e30).to(potentials[name].dtype)
+    to_value = swap.index_to_value
+    return {
+        name: to_value.get(name, lambda v: v)(supports[name][potentials[name].argmax(-1)])
+        for name in (site["name"] for site in sites)
+    }
+
+
+def _index_support(site):
+    """The values of an enumerated site (the host's Categorical or Bernoulli the swap left there):
+    value k is at position k."""
+    base = unwrap(site["fn"])[0]
+    if not isinstance(base, (torch.distributions.Categorical, torch.distributions.Bernoulli)) or base.event_shape:
+        raise messages.ModelError(f"site {site['name']!r}: the site-by-site draw sums Categorical and Bernoulli sites only, not {type(base).__name__}")
+    return base.enumerate_support(expand=False).reshape(-1)
+
+
+class _Potentials(Messenger):
+    """Adds ``potentials[name][..., k]`` to the log density of the latent site ``name`` at its k-th
+    value, outside the site's masks (a masked-out site's value still matters through its children)."""
+
+    def __init__(self, potentials):
+        self.potentials = potentials
+        super().__init__()
+
+    def _pyro_sample(self, msg):
+        if not msg["is_observed"] and msg["name"] in self.potentials:
+            msg["fn"] = _WithPotential(msg["fn"], self.potentials[msg["name"]])
+
+
+class _WithPotential(TorchDistribution):
+    """``base`` with ``potential[..., k]`` added to its log density at its k-th value (an index)."""
+
+    arg_constraints: dict = {}
+    has_enumerate_support = True
+
+    def __init__(self, base, potential):
+        self.base, self.potential = base, potential
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @property
+    def support(self):
+        return self.base.support
+
+    def enumerate_support(self, expand=True):
+        return self.base.enumerate_support(expand)
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.base.sample(sample_shape)
+
+    def log_prob(self, value):
+        one_hot = torch.nn.functional.one_hot(value.long(), self.potential.shape[-1]).to(self.potential.dtype)
+        return self.base.log_prob(value) + (one_hot * self.potential).sum(-1)
 
 
 def _ruled_out(model, args, kwargs, params, given):

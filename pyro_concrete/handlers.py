@@ -39,7 +39,6 @@ from concrete_common.named_sites import NamedSites, NamingSites
 from ._carry import _traced
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .limits import Bernoulli
 
 # the model's own one-hot categorical sites (the host's and ours), enumerated as an index
 ONE_HOT = (torch.distributions.OneHotCategorical,)
@@ -136,6 +135,12 @@ def _index_distribution(base):
         return dist.Categorical(logits=logits, validate_args=base._validate_args), (
             lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
         )
+    if _given_probs(base):  # the model's own Categorical / Bernoulli, in an exact helper
+        # their probabilities' own logarithms: torch's log density clamps them to [eps, 1 - eps]
+        if isinstance(base, torch.distributions.Categorical):
+            return dist.Categorical(logits=torch.log(base.probs), validate_args=base._validate_args), (lambda index: index)
+        log_probs = torch.stack([torch.log1p(-base.probs), torch.log(base.probs)], -1)
+        return dist.Categorical(logits=log_probs, validate_args=base._validate_args), (lambda index: index.to(base.probs.dtype))
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -144,10 +149,21 @@ def _index_distribution(base):
 
         to_value = one_hot if isinstance(base, Concrete) else (lambda index: torch.log(one_hot(index)))
         return dist.Categorical(logits=base.logits, validate_args=base._validate_args), to_value
+    # the host's own Bernoulli (AutoDiscreteParallel reads the class: a subclass is "not supported")
     if isinstance(base, (BinConcrete, HardConcrete)):
-        return base.discrete(), lambda index: index.to(base.logits.dtype)
-    return Bernoulli(logits=base.logits, validate_args=base._validate_args), (
+        return dist.Bernoulli(logits=base.discrete().logits, validate_args=base._validate_args), lambda index: index.to(base.logits.dtype)
+    return dist.Bernoulli(logits=base.logits, validate_args=base._validate_args), (
         lambda index: torch.full_like(index, -float("inf"), dtype=base.logits.dtype).masked_fill(index > 0, float("inf"))
+    )
+
+
+def _given_probs(base):
+    """A host ``Categorical`` / ``Bernoulli`` given probabilities, while an exact helper runs: enumerated
+    by their own logarithms, exact at 0 and 1 (a padded element masked out, a transition that
+    cannot happen) and below eps, where torch's log density is of probabilities clamped to
+    [eps, 1 - eps]. (On a training step, discrete(...) leaves them to the host.)"""
+    return type(base) in (torch.distributions.Categorical, dist.Categorical, torch.distributions.Bernoulli, dist.Bernoulli) and (
+        "probs" in vars(base) and evaluating.helper_running()
     )
 
 
@@ -304,7 +320,7 @@ class DiscreteMessenger(NamingSites, Messenger):
         base, wrappers = unwrap(msg["fn"])
         held, replayed = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
-        if enumerated and isinstance(base, ONE_HOT):
+        if enumerated and (isinstance(base, ONE_HOT) or _given_probs(base)):
             pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
         elif not isinstance(base, CONCRETE_FAMILY):
             return
@@ -429,8 +445,11 @@ class RelaxMessenger(NamingSites, Messenger):
         msg["fn"] = rewrap(relaxed, wrappers)
         # a mark for enumeration (config_enumerate inside relax marked the discrete site) no longer
         # applies: the relaxed site is continuous (Pyro's TraceEnum_ELBO failed on it with an empty
-        # NotImplementedError). A new dict: the user's own ``infer`` is left as given.
-        if (msg.get("infer") or {}).get("enumerate") is not None:
+        # NotImplementedError). A new dict: the user's own ``infer`` is left as given. One with
+        # ``num_samples`` stays: Monte Carlo enumeration of the site's draws, which Pyro's
+        # TraceTMC_ELBO makes of a continuous site (without it, TMC scored one draw as if summed).
+        infer = msg.get("infer") or {}
+        if infer.get("enumerate") is not None and infer.get("num_samples") is None:
             msg["infer"] = {key: value for key, value in msg["infer"].items() if key != "enumerate"}
 
 
@@ -440,7 +459,8 @@ def relax(
     """The reverse of :func:`discrete`: OneHotCategorical sites become Concrete and Bernoulli sites
     BinConcrete, so a model written with discrete distributions can be trained relaxed and evaluated
     as written. Observed sites are left alone; a relaxed site loses any mark for enumeration
-    (``config_enumerate`` inside ``relax``): it is continuous.
+    (``config_enumerate`` inside ``relax``): it is continuous. (Pyro only: a mark with
+    ``num_samples``, for ``TraceTMC_ELBO``'s Monte Carlo enumeration of its draws, stays.)
 
     :param fn: a model or guide; if None, returns a handler usable as a context manager.
     :param temperature: a number, a dict of numbers by site name, or a callable taking the site
