@@ -164,6 +164,16 @@ def vectorized_markov(site):
     )
 
 
+def monte_carlo_enumeration(site):
+    """A discrete site marked for Monte Carlo enumeration (Pyro's ``num_samples``, for
+    ``TraceTMC_ELBO``) in an exact helper."""
+    return ModelError(
+        f"site {site!r} is marked for Monte Carlo enumeration (infer={{'num_samples': ...}}), whose sum over its "
+        "draws is an estimate, not the exact value the helpers return: leave num_samples out of the model "
+        "passed to them (config_enumerate(model) without num_samples)"
+    )
+
+
 def check_full_plate(plate, subsample_size, size):
     """The helpers evaluate the whole data set: a subsampled plate, whose sites would be a random
     subsample scaled up to the plate's size, raises."""

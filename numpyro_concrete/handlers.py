@@ -159,6 +159,9 @@ def _index_distribution(base):
         index = _IndexCategoricalProbs(base.probs) if "probs" in vars(base) else _IndexCategoricalLogits(base.logits)
         return index, lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
     if _given_probs(base):  # the model's own Bernoulli, in an exact helper: its probability, exact at 0 and 1
+        # (a CategoricalProbs, whose logarithm of 0 is log(tiny): -inf would make max-product's
+        # gradients NaN; the gradient with respect to a probability of exactly 0 or 1 is not the
+        # derivative there, which the log-space sum cannot give: Pyro's is NaN)
         probs = jnp.asarray(base.probs, dtype)
         return _IndexCategoricalProbs(jnp.stack([1 - probs, probs], -1)), lambda index: index
     if isinstance(base, (Concrete, ExpConcrete)):
@@ -177,7 +180,9 @@ def _index_distribution(base):
 def _given_probs(base):
     """A host ``Bernoulli`` given a probability, while an exact helper runs: enumerated by its
     probabilities' own logarithms, exact at 0 and 1 (a padded element masked out) and below tiny,
-    where NumPyro's log density is of probabilities clamped to [tiny, 1 - eps]. (On a training step,
+    where NumPyro's log density is of probabilities clamped to [tiny, 1 - eps]. Every such site, not
+    only those read as clamped: inside the helpers' compiled functions the probability cannot be
+    read, and the eager check and the compiled sum must see the same site. (On a training step,
     discrete(...) leaves it to the host; a ``CategoricalProbs`` is exact already.)"""
     return type(base) is dist.BernoulliProbs and evaluating.helper_running()
 
@@ -330,7 +335,12 @@ class DiscreteMessenger(NamingSites, Messenger):
         base, wrappers = unwrap(msg["fn"])
         held, substituted = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
-        if enumerated and (isinstance(base, ONE_HOT) or _given_probs(base)):
+        # scan's sites (its enumeration draws the previous step's again as "_PREV_<name>") keep the host's
+        scanned = msg.get("_control_flow_done") or msg["name"].startswith("_PREV_") or any(
+            isinstance(h, _scan_body_handler_types()) for h in _PYRO_STACK[: _PYRO_STACK.index(self)]
+        )
+        sequential = (msg["infer"] or {}).get("enumerate") == "sequential"
+        if enumerated and (isinstance(base, ONE_HOT) or (not scanned and not sequential and _given_probs(base))):
             pass  # enumerated as an index too: NumPyro's enumeration of one-hot values fails on its shapes
         elif not isinstance(base, CONCRETE_FAMILY):
             return

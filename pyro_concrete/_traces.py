@@ -287,6 +287,8 @@ def check_all_latents_discrete(trace):
             raise messages.not_enumerable(site["name"], type(unwrap(site["fn"])[0]).__name__)
         if not site["is_observed"] and (site["infer"] or {}).get("enumerate") == "sequential":
             raise messages.sequential_enumeration(site["name"])
+        if not site["is_observed"] and (site["infer"] or {}).get("num_samples") is not None:
+            raise messages.monte_carlo_enumeration(site["name"])
         if not site["is_observed"] and clamped_probability(base := unwrap(site["fn"])[0]):
             raise messages.clamped_probability(site["name"], type(base).__name__)
         if not site["is_observed"] and isinstance(base, torch.distributions.Bernoulli) and _infinite_logits(base):

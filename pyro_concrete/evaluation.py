@@ -305,10 +305,12 @@ def _drawn_site_by_site(model, args, kwargs, params, given):
         with torch.enable_grad(), evaluating.discrete_graph("the decoding", runtime=pyro.poutine.runtime):
             log_joint = _summed_log_joint(_Potentials(trial)(enumerated), args, kwargs, max_plate_nesting(checked))
             (shares,) = torch.autograd.grad(log_joint, [trial[name]])
-        # an element's shares sum to 1; to 0 (or NaN) where every assignment left has probability 0
-        if not bool((shares.sum(-1) > 0.5).all()):
+        # an element's shares sum to the model's common scale (1 unscaled); to 0 (or NaN) where
+        # every assignment left has probability 0
+        total = shares.sum(-1)
+        if not bool((torch.isfinite(total) & (total > 0)).all()):
             raise messages.ModelError(messages.no_posterior([s["name"] for s in sites]))
-        chosen = torch.distributions.Categorical(probs=shares.clamp(min=0)).sample()
+        chosen = torch.distributions.Categorical(probs=shares.clamp(min=0) / total.unsqueeze(-1)).sample()
         held = torch.nn.functional.one_hot(chosen, shares.shape[-1]).bool()
         potentials[name] = torch.where(held, 0.0, -1e30).to(potentials[name].dtype)
     to_value = swap.index_to_value

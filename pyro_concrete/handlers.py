@@ -136,10 +136,20 @@ def _index_distribution(base):
             lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
         )
     if _given_probs(base):  # the model's own Categorical / Bernoulli, in an exact helper
-        # their probabilities' own logarithms: torch's log density clamps them to [eps, 1 - eps]
+        # where torch clamped their probabilities to [eps, 1 - eps], the probabilities' own
+        # logarithms (-inf at 0: the gradient with respect to such a probability is NaN); elsewhere
+        # the host's logits, unchanged
+        clamped = _clamped(base)
         if isinstance(base, torch.distributions.Categorical):
-            return dist.Categorical(logits=torch.log(base.probs), validate_args=base._validate_args), (lambda index: index)
-        log_probs = torch.stack([torch.log1p(-base.probs), torch.log(base.probs)], -1)
+            logits = torch.where(clamped, torch.log(base.probs), base.logits)
+            return dist.Categorical(logits=logits, validate_args=base._validate_args), (lambda index: index)
+        log_probs = torch.stack(
+            [
+                torch.where(clamped, torch.log1p(-base.probs), F.logsigmoid(-base.logits)),
+                torch.where(clamped, torch.log(base.probs), F.logsigmoid(base.logits)),
+            ],
+            -1,
+        )
         return dist.Categorical(logits=log_probs, validate_args=base._validate_args), (lambda index: index.to(base.probs.dtype))
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
@@ -158,13 +168,17 @@ def _index_distribution(base):
 
 
 def _given_probs(base):
-    """A host ``Categorical`` / ``Bernoulli`` given probabilities, while an exact helper runs: enumerated
-    by their own logarithms, exact at 0 and 1 (a padded element masked out, a transition that
-    cannot happen) and below eps, where torch's log density is of probabilities clamped to
-    [eps, 1 - eps]. (On a training step, discrete(...) leaves them to the host.)"""
-    return type(base) in (torch.distributions.Categorical, dist.Categorical, torch.distributions.Bernoulli, dist.Bernoulli) and (
-        "probs" in vars(base) and evaluating.helper_running()
-    )
+    """A host ``Categorical`` / ``Bernoulli`` with probabilities that torch clamped to [eps, 1 - eps]
+    (:func:`_clamped`), while an exact helper runs: enumerated by their own logarithms there, exact
+    at 0 and 1 (a padded element masked out, a transition that cannot happen) and below eps. (On a
+    training step, discrete(...) leaves them to the host.)"""
+    if type(base) not in (torch.distributions.Categorical, dist.Categorical, torch.distributions.Bernoulli, dist.Bernoulli):
+        return False
+    if not evaluating.helper_running() or _traced() or torch._C._is_tracing():
+        return False
+    with torch.no_grad():
+        clamped = _clamped(base)
+        return clamped is not None and bool(clamped.any())
 
 
 def _batch_dims(msg):
@@ -195,19 +209,23 @@ def _is_index(msg, base, value):
 
 def _clamped(distribution):
     """Where torch clamped the probabilities a Bernoulli / Categorical was given to [eps, 1 - eps]
-    before taking logits (elementwise), or None where it has no computed probabilities (given by
-    logits, they are computed lazily: nothing to read). Logits given are exact at any value, and the
-    probabilities computed from them are their softmax (0 where it underflows, beside a logit far
-    below log(eps)), so clamped ones are those near log(eps) above the probabilities' own log."""
+    before taking logits (elementwise), or None where it has no computed probabilities. A
+    probability outside [eps, 1 - eps] whose logit is torch's logit of the bound: given by logits,
+    a distribution's probabilities are computed from them once read (``.sample()``, ``.mean``) and
+    may round to 0 or 1, but its logits are the ones given, not the bound's (logits given exactly at
+    the bound are scored alike either way)."""
     if "probs" not in distribution.__dict__:
         return None
     probs, logits = distribution.probs, distribution.logits
-    floor = math.log(torch.finfo(probs.dtype).eps)
-    if isinstance(distribution, torch.distributions.Bernoulli):
-        exact = torch.log(probs) - torch.log1p(-probs)  # +-inf at 0 and 1
-        low = (logits > exact + 1e-3) & (logits > floor - 1) & (logits < 0)  # torch's logit(eps), about floor
-        return low | ((logits < exact - 1e-3) & (logits < 1 - floor) & (logits > 0))  # logit(1 - eps)
-    return (logits > torch.log(probs) + 1e-3) & (logits > floor - 1)
+    eps = torch.finfo(probs.dtype).eps
+    bounds = torch.tensor([eps, 1 - eps], dtype=probs.dtype, device=probs.device)
+    binary = isinstance(distribution, torch.distributions.Bernoulli)
+    at_bound = torch.log(bounds) - torch.log1p(-bounds) if binary else torch.log(bounds)  # torch's probs_to_logits
+
+    def near(value):
+        return (logits - value).abs() <= 1e-6 * value.abs()  # relative: log(1 - eps) is -eps
+
+    return ((probs < eps) & near(at_bound[0])) | ((probs > 1 - eps) & near(at_bound[1]))
 
 
 def clamped_probability(base, relaxed=False):
@@ -320,7 +338,8 @@ class DiscreteMessenger(NamingSites, Messenger):
         base, wrappers = unwrap(msg["fn"])
         held, replayed = self._held_outside(msg, base) if self.mode is Mode.ENUMERATE else (False, None)
         enumerated = self.mode is Mode.ENUMERATE and not held
-        if enumerated and (isinstance(base, ONE_HOT) or _given_probs(base)):
+        sequential = (msg["infer"] or {}).get("enumerate") == "sequential"
+        if enumerated and (isinstance(base, ONE_HOT) or (not sequential and _given_probs(base))):
             pass  # enumerated as an index too: infer_discrete cannot decode enumerated one-hot values
         elif not isinstance(base, CONCRETE_FAMILY):
             return
@@ -341,6 +360,8 @@ class DiscreteMessenger(NamingSites, Messenger):
                 msg["mask"] = None
             msg["fn"] = rewrap(index_dist, wrappers)
             msg["infer"] = {**(msg["infer"] or {}), "enumerate": "parallel"}  # never mutate the user's dict
+            if evaluating.helper_running():  # summed exactly: not a Monte Carlo enumeration (num_samples)
+                msg["infer"] = {key: value for key, value in msg["infer"].items() if key not in ("num_samples", "tmc", "expand")}
             return
         limit = base.discrete()
         msg["fn"] = rewrap(limit, wrappers)

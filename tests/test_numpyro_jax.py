@@ -1095,3 +1095,33 @@ def test_a_host_bernoulli_of_a_constant_probability_runs_under_jit():
         with numpyro.validation_enabled():
             result = svi.run(KEY, 5, 1.8, progress_bar=False)
         assert np.all(np.isfinite(result.losses))
+
+
+def test_a_host_bernoulli_of_probabilities_inside_scan_is_summed_as_before():
+    """dist.Bernoulli(probs=...) drawn inside scan: a first version of the tenth round's exact
+    enumeration of clamped probabilities turned it into an index there, which scan cannot carry; the
+    helpers leave scan's sites to the host, whose sum is exact for these (interior) probabilities.
+    Brute force over the 16 paths."""
+    import itertools
+
+    from numpyro.contrib.control_flow import scan
+    from scipy import stats
+
+    p1, y = jnp.array([0.1, 0.8]), jnp.array([0.2, -0.1, 1.1, 0.9])
+
+    def model(p1):
+        def step(previous, yt):
+            z = numpyro.sample("z", numpyro.distributions.Bernoulli(probs=p1[previous]))
+            numpyro.sample("y", numpyro.distributions.Normal(z * 1.0, 0.5), obs=yt)
+            return z, None
+
+        scan(step, jnp.array(0), y)
+
+    log_p = []
+    for path in itertools.product(range(2), repeat=4):
+        previous, total = 0, 0.0
+        for t, z in enumerate(path):
+            total += np.log(float(p1[previous]) if z else 1 - float(p1[previous])) + stats.norm.logpdf(float(y[t]), z, 0.5)
+            previous = z
+        log_p.append(total)
+    np.testing.assert_allclose(nc.marginal_log_likelihood(model, p1), np.logaddexp.reduce(log_p), rtol=1e-10)

@@ -1048,3 +1048,80 @@ def test_a_categorical_given_probabilities_with_zeros_is_summed_exactly():
     for _ in range(20):
         drawn = pc.sample_assignment(model)
         assert log_joint(tuple(int(drawn[f"s_{t}"]) for t in range(3))) > -math.inf, drawn
+
+
+def test_a_site_given_logits_whose_probabilities_were_read_is_summed_by_its_logits():
+    """torch computes a distribution's probabilities from its logits once anything reads them (a
+    ``.sample()`` of a prior built outside the model) and keeps them: sigmoid(20) = 1 in float32.
+    Only probabilities that torch clamped are taken for their own logarithms (a first version of the
+    tenth round's fix took every cached probability: -50.92 for -20.92). Exact: only z = 0 explains
+    x = -20 under Normal(40 z - 20, 1)."""
+    import pyro
+    import pyro.distributions as dist
+
+    prior = dist.Bernoulli(logits=torch.tensor(20.0))
+    prior.sample()  # reads the probabilities: cached, rounded to 1
+
+    def model():
+        z = pyro.sample("z", prior)
+        pyro.sample("x", dist.Normal(40.0 * z - 20.0, 1.0), obs=torch.tensor(-20.0))
+
+    expected = float(torch.nn.functional.logsigmoid(torch.tensor(-20.0, dtype=torch.float64))) - 0.5 * math.log(2 * math.pi)
+    assert pc.marginal_log_likelihood(model).item() == pytest.approx(expected, rel=1e-6)
+    assert pc.map_assignment(model)["z"].item() == 0
+
+
+def test_the_site_by_site_draw_under_a_common_scale():
+    """A model drawn site by site (the host's infer_discrete fails on it) under poutine.scale(1/N):
+    an element's shares sum to the scale, and were taken for "no posterior" below one half."""
+    import pyro
+    import pyro.distributions as dist
+
+    transition = torch.tensor([[[2.0, -1.0], [-1.0, 2.0]], [[-1.0, 2.0], [2.0, -1.0]]], dtype=torch.float64)
+    x = torch.zeros(2, 2, 2, dtype=torch.float64)
+
+    def model():
+        with pyro.poutine.scale(scale=0.1), pyro.plate("group", 2, dim=-1):
+            a = pyro.sample("a", dist.Categorical(logits=torch.zeros(2, dtype=torch.float64)))
+            with pyro.plate("ind", 2, dim=-2):
+                y = torch.tensor(0)
+                for t in pyro.markov(range(2)):
+                    rows = (torch.nn.functional.one_hot(a, 2).double()[..., None, None] * transition).sum(-3)
+                    y = pyro.sample(f"y_{t}", dist.Categorical(logits=(torch.nn.functional.one_hot(y, 2).double().unsqueeze(-1) * rows).sum(-2)))
+                    pyro.sample(f"x_{t}", dist.Normal(y.double(), 1.0), obs=x[..., t])
+
+    drawn = pc.sample_assignment(model)
+    assert drawn["a"].shape == (2,) and drawn["y_1"].shape == (2, 2)
+    assert set(drawn["a"].tolist()) <= {0, 1}
+
+
+def test_the_helpers_sum_exactly_not_by_monte_carlo_enumeration():
+    """relax(config_enumerate(model, num_samples=n)) (a model made for TraceTMC_ELBO) passed to a
+    helper: the relaxed site's limit is summed exactly, not over n draws (seed-dependent values
+    before), as is the model's own one-hot site; its own Categorical marked so raises, naming the
+    mark."""
+    import pyro
+    import pyro.distributions as dist
+    from pyro.infer import config_enumerate
+
+    logits = torch.tensor([0.3, -0.5, 1.0], dtype=torch.float64)
+    locs = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)
+
+    def written():
+        z = pyro.sample("z", dist.OneHotCategorical(logits=logits))
+        pyro.sample("x", dist.Normal(z @ locs, 1.0), obs=torch.tensor(0.7, dtype=torch.float64))
+
+    exact = torch.logsumexp(torch.log_softmax(logits, -1) + dist.Normal(locs, 1.0).log_prob(torch.tensor(0.7, dtype=torch.float64)), 0)
+    relaxed = pc.relax(config_enumerate(written, num_samples=3), temperature=0.5)
+    for seed in range(3):
+        pyro.set_rng_seed(seed)
+        assert pc.marginal_log_likelihood(relaxed).item() == pytest.approx(exact.item(), rel=1e-12)
+    pyro.set_rng_seed(0)  # the model's own one-hot site is enumerated as an index: summed exactly too
+    assert pc.marginal_log_likelihood(config_enumerate(written, num_samples=3)).item() == pytest.approx(exact.item(), rel=1e-12)
+
+    def indexed():
+        z = pyro.sample("z", dist.Categorical(logits=logits))
+        pyro.sample("x", dist.Normal(locs[z], 1.0), obs=torch.tensor(0.7, dtype=torch.float64))
+
+    with pytest.raises(ValueError, match="marginal_log_likelihood: site 'z' is marked for Monte Carlo enumeration"):
+        pc.marginal_log_likelihood(config_enumerate(indexed, num_samples=3))
