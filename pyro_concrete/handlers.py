@@ -172,13 +172,8 @@ def _given_probs(base):
     (:func:`_clamped`), while an exact helper runs: enumerated by their own logarithms there, exact
     at 0 and 1 (a padded element masked out, a transition that cannot happen) and below eps. (On a
     training step, discrete(...) leaves them to the host.)"""
-    if type(base) not in (torch.distributions.Categorical, dist.Categorical, torch.distributions.Bernoulli, dist.Bernoulli):
-        return False
-    if not evaluating.helper_running() or _traced() or torch._C._is_tracing():
-        return False
-    with torch.no_grad():
-        clamped = _clamped(base)
-        return clamped is not None and bool(clamped.any())
+    host = (torch.distributions.Categorical, dist.Categorical, torch.distributions.Bernoulli, dist.Bernoulli)
+    return type(base) in host and evaluating.helper_running() and clamped_probability(base)
 
 
 def _batch_dims(msg):

@@ -1073,7 +1073,8 @@ def test_a_site_given_logits_whose_probabilities_were_read_is_summed_by_its_logi
 
 def test_the_site_by_site_draw_under_a_common_scale():
     """A model drawn site by site (the host's infer_discrete fails on it) under poutine.scale(1/N):
-    an element's shares sum to the scale, and were taken for "no posterior" below one half."""
+    an element's shares sum to the scale, and were taken for "no posterior" below one half. Each
+    draw is the one the unscaled model gives with the same seed."""
     import pyro
     import pyro.distributions as dist
 
@@ -1090,9 +1091,17 @@ def test_the_site_by_site_draw_under_a_common_scale():
                     y = pyro.sample(f"y_{t}", dist.Categorical(logits=(torch.nn.functional.one_hot(y, 2).double().unsqueeze(-1) * rows).sum(-2)))
                     pyro.sample(f"x_{t}", dist.Normal(y.double(), 1.0), obs=x[..., t])
 
-    drawn = pc.sample_assignment(model)
-    assert drawn["a"].shape == (2,) and drawn["y_1"].shape == (2, 2)
-    assert set(drawn["a"].tolist()) <= {0, 1}
+    def unscaled():
+        with pyro.poutine.scale(scale=10.0):  # the scale undone: the same posterior
+            model()
+
+    for seed in range(5):  # the same posterior and seed: the same draw (raised "no posterior" before)
+        pyro.set_rng_seed(seed)
+        drawn = pc.sample_assignment(model)
+        pyro.set_rng_seed(seed)
+        expected = pc.sample_assignment(unscaled)
+        for name in ("a", "y_0", "y_1"):
+            assert torch.equal(drawn[name], expected[name]), (seed, name, drawn, expected)
 
 
 def test_the_helpers_sum_exactly_not_by_monte_carlo_enumeration():
