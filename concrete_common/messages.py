@@ -262,6 +262,20 @@ def clamped_probability(site, cls_name):
     )
 
 
+def masked_latent_read(site, reader):
+    """A latent site masked out where an unmasked site reads it: the helpers sum a masked-out latent
+    with its prior masses (a data point masked out entirely, its children with it, contributes 0),
+    where the host weighs each of its values 1; with its children unmasked the two are different
+    models (NumPyro's imputation idiom adds the prior back with a factor: counted twice)."""
+    return ModelError(
+        f"site {site!r} is masked out where the unmasked site {reader!r} reads its value: the exact helpers sum a "
+        "masked-out latent with its prior masses (so that a data point masked out entirely, its children with it, "
+        "contributes 0), which here would be another model than the host's, whose mask weighs each value 1 (a prior "
+        "added back by a factor would count twice); leave the site unmasked and let its distribution score it (no "
+        "factor for its prior), or mask the sites that read it where it is masked"
+    )
+
+
 def infinite_logits(site, cls_name, why="no Concrete distribution has a probability of 0"):
     """A host's discrete site given a logit of +-inf (a probability of exactly 0 or 1): ``relax``
     cannot make a Concrete-family site of it, and torch scores a certain coin's outcome NaN."""

@@ -24,7 +24,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
-from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, clamped_probability, rewrap, unwrap
+from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, _read, clamped_probability, rewrap, unwrap
 
 
 def _varying_axes(x):
@@ -192,6 +192,53 @@ def check_all_latents_discrete(trace):
             raise messages.sequential_enumeration(site["name"])
         if not site["is_observed"] and clamped_probability(base := unwrap(site["fn"])[0]):
             raise messages.clamped_probability(site["name"], type(base).__name__)
+
+
+def check_masked_latents_unread(model, args, kwargs, nesting):
+    """A latent site masked out where an unmasked site reads its value raises
+    (:func:`concrete_common.messages.masked_latent_read`): the helpers sum a masked-out latent with
+    its prior masses, the host weighs each value 1, and only where nothing unmasked reads it (a data
+    point masked out with its children) are the two one model. Read off the enumerated trace, masks
+    kept: a site reads the latent where its log density varies along the latent's enumeration
+    dimension. Under ``jit`` the densities cannot be read: not checked (``scan``'s sites neither)."""
+    from numpyro.contrib.funsor import config_enumerate, enum
+
+    from .handlers import discrete
+
+    messenger = discrete(model, mode="enumerate")
+    messenger.masks_kept = True
+    traced = trace(enum(config_enumerate(messenger), -1 - nesting), jax.random.PRNGKey(0), args, kwargs)
+    sites = [site for site in sample_sites(traced) if not site.get("_control_flow_done") and not site["name"].startswith("_PREV_")]
+    for site in sites:
+        out = _masked_out(site)
+        if site["is_observed"] or (site["infer"] or {}).get("enumerate") != "parallel" or out is None:
+            continue
+        dim = -jnp.ndim(site["value"])
+        for reader in sites:
+            log_prob = reader["fn"].log_prob(reader["value"])
+            if reader is site or jnp.ndim(log_prob) < -dim or jnp.shape(log_prob)[dim] == 1:
+                continue
+            varies = log_prob != jax.lax.index_in_dim(log_prob, 0, dim, keepdims=True)  # changes with the latent's value
+            varies = jnp.any(jnp.reshape(varies, (-1,) + jnp.shape(varies)[jnp.ndim(varies) - jnp.ndim(out) :]), 0) if jnp.ndim(out) else jnp.any(varies)
+            for d in range(jnp.ndim(out)):  # plates the reader is in and the latent is not
+                if jnp.shape(out)[d] == 1 and jnp.shape(varies)[d] > 1:
+                    varies = jnp.any(varies, d, keepdims=True)
+            if _read(lambda: jnp.any(varies & out), False):
+                raise messages.masked_latent_read(site["name"], reader["name"])
+
+
+def _masked_out(site):
+    """Where a site is masked out (its batch shape; None: nowhere or where it cannot be read)."""
+    masks = [argument for method, argument in unwrap(site["fn"])[1] if method == "mask" and argument is not True]
+    if not masks or any(isinstance(mask, jax.core.Tracer) for mask in masks):
+        return None
+    kept = masks[0]
+    for mask in masks[1:]:
+        kept = kept & mask
+    batch_shape = site["fn"].batch_shape
+    if jnp.ndim(kept) > len(batch_shape) or _read(lambda: jnp.all(kept), True):
+        return None
+    return ~jnp.broadcast_to(kept, batch_shape)
 
 
 def check_full_data(trace):

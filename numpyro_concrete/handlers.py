@@ -146,6 +146,21 @@ class _IndexCategoricalProbs(dist.CategoricalProbs):
         return gather_last(self.logits, value)
 
 
+class _ExactBernoulliProbs(dist.BernoulliProbs):
+    """The host's ``BernoulliProbs`` (its support, enumeration and pytree), its ``log_prob`` by the
+    probability's own logarithms: exact at 0 and 1 and below tiny, where the host's clamps it to
+    [tiny, 1 - eps] (an outcome of probability 0 scored at log tiny, not -inf). For the sites the
+    exact helpers cannot enumerate as an index: observed ones, and those of ``scan``."""
+
+    @validate_sample
+    def log_prob(self, value):
+        probs = jnp.asarray(self.probs)
+        # log of 0 is -inf, with a gradient of 0 there (not NaN): the safe logarithm of _to_logits_multinom
+        log_probs = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
+        log_1m_probs = jnp.where(probs < 1, jnp.log1p(-jnp.where(probs < 1, probs, 0.0)), -jnp.inf)
+        return jnp.where(jnp.asarray(value) > 0, log_probs, log_1m_probs)
+
+
 def _index_distribution(base):
     """An integer-valued distribution to enumerate in place of ``base``'s zero-temperature limit,
     and the map from its values to the limit's values (the relaxed sample space).
@@ -159,9 +174,9 @@ def _index_distribution(base):
         index = _IndexCategoricalProbs(base.probs) if "probs" in vars(base) else _IndexCategoricalLogits(base.logits)
         return index, lambda index: jax.nn.one_hot(index, base.event_shape[0], dtype=dtype)
     if _given_probs(base):  # the model's own Bernoulli, in an exact helper: its probability, exact at 0 and 1
-        # (a CategoricalProbs, whose logarithm of 0 is log(tiny): -inf would make max-product's
-        # gradients NaN; the gradient with respect to a probability of exactly 0 or 1 is not the
-        # derivative there, which the log-space sum cannot give: Pyro's is NaN)
+        # (a CategoricalProbs, whose logarithm of 0 is -inf with a gradient of 0; the gradient with
+        # respect to a probability of exactly 0 or 1 is not the derivative there, which the
+        # log-space sum cannot give)
         probs = jnp.asarray(base.probs, dtype)
         return _IndexCategoricalProbs(jnp.stack([1 - probs, probs], -1)), lambda index: index
     if isinstance(base, (Concrete, ExpConcrete)):
@@ -184,7 +199,18 @@ def _given_probs(base):
     only those read as clamped: inside the helpers' compiled functions the probability cannot be
     read, and the eager check and the compiled sum must see the same site. (On a training step,
     discrete(...) leaves it to the host; a ``CategoricalProbs`` is exact already.)"""
-    return type(base) is dist.BernoulliProbs and evaluating.helper_running()
+    return type(base) in (dist.BernoulliProbs, _ExactBernoulliProbs) and evaluating.helper_running()
+
+
+def _exact_in_helper(msg):
+    """In a helper, every host ``BernoulliProbs`` is scored by its probability's own logarithms
+    (:class:`_ExactBernoulliProbs`), where the host clamps it: observed ones, those of ``scan``
+    (which keep the host's classes: under ``jit`` a clamped probability cannot be read to refuse it,
+    and a sticky chain's probability of 0 was scored at log tiny, a wrong finite log p(x)), and those
+    drawn or held rather than enumerated; the ones enumerated as an index are by :func:`_given_probs`."""
+    base, wrappers = unwrap(msg["fn"])
+    if type(base) is dist.BernoulliProbs and evaluating.helper_running():
+        msg["fn"] = rewrap(_ExactBernoulliProbs(base.probs, validate_args=base._validate_args), wrappers)
 
 
 def _batch_dims(msg):
@@ -330,6 +356,7 @@ class DiscreteMessenger(NamingSites, Messenger):
         if msg["type"] == "sample":  # filled again below if the site is enumerated in this run
             self._named.saw(msg["name"])
             self.index_to_value.pop(msg["name"], None)
+            _exact_in_helper(msg)
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])

@@ -26,6 +26,7 @@ from concrete_common.common_scale import ScaleLedger
 
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
+from ._carry import _traced
 from .handlers import ARGMAX_VALUE, CONCRETE_FAMILY, clamped_probability, rewrap, unwrap
 
 _PARTICLES = "_particles"  # the name of the particle plate (:func:`particle_traces`)
@@ -293,6 +294,56 @@ def check_all_latents_discrete(trace):
             raise messages.clamped_probability(site["name"], type(base).__name__)
         if not site["is_observed"] and isinstance(base, torch.distributions.Bernoulli) and _infinite_logits(base):
             raise messages.infinite_logits(site["name"], type(base).__name__, "torch scores the certain outcome NaN")
+
+
+def check_masked_latents_unread(model, args, kwargs, nesting):
+    """A latent site masked out where an unmasked site reads its value raises
+    (:func:`concrete_common.messages.masked_latent_read`): the helpers sum a masked-out latent with
+    its prior masses, the host weighs each value 1, and only where nothing unmasked reads it (a data
+    point masked out with its children) are the two one model. Read off the enumerated trace, masks
+    kept: a site reads the latent where its log density varies along the latent's enumeration
+    dimension."""
+    if _traced() or torch._C._is_tracing():
+        return  # the values cannot be read
+    from pyro.infer import config_enumerate
+
+    from .handlers import DiscreteMessenger
+
+    swap = DiscreteMessenger(mode="enumerate")
+    swap.masks_kept = True
+    with torch.no_grad(), poutine.block():
+        trace = poutine.trace(poutine.enum(config_enumerate(swap(model)), first_available_dim=-1 - nesting)).get_trace(*args, **kwargs)
+    masked = [(site, _masked_out(site)) for site in sample_sites(trace) if not site["is_observed"] and "_enumerate_dim" in (site["infer"] or {})]
+    masked = [(site, out) for site, out in masked if out is not None and bool(out.any())]
+    if not masked:
+        return
+    with torch.no_grad():
+        trace.compute_log_prob()
+    for site, out in masked:
+        dim = site["infer"]["_enumerate_dim"]
+        for reader in sample_sites(trace):
+            log_prob = reader["log_prob"]
+            if reader is site or log_prob.dim() < -dim or log_prob.shape[dim] == 1:
+                continue
+            varies = log_prob != log_prob.narrow(dim, 0, 1)  # the reader's density changes with the latent's value
+            varies = varies.reshape((-1,) + varies.shape[varies.dim() - out.dim() :]).any(0) if out.dim() else varies.any()
+            for d in range(out.dim()):  # plates the reader is in and the latent is not
+                if out.shape[d] == 1 and varies.shape[d] > 1:
+                    varies = varies.any(d, keepdim=True)
+            if bool((varies & out).any()):
+                raise messages.masked_latent_read(site["name"], reader["name"])
+
+
+def _masked_out(site):
+    """Where a site is masked out (its batch shape; None: nowhere), by ``poutine.mask`` and ``.mask()``."""
+    masks = [site["mask"]] + [argument for method, argument in unwrap(site["fn"])[1] if method == "mask"]
+    masks = [torch.as_tensor(mask) for mask in masks if mask is not None and mask is not True]
+    if not masks:
+        return None
+    kept = masks[0]
+    for mask in masks[1:]:
+        kept = kept & mask
+    return ~kept.expand(site["fn"].batch_shape) if kept.dim() <= len(site["fn"].batch_shape) else None
 
 
 def check_full_data(trace):

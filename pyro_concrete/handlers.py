@@ -37,6 +37,7 @@ from concrete_common.kinds import Mode, check_mode
 from concrete_common.named_sites import NamedSites, NamingSites
 
 from ._carry import _traced
+from ._log_einsum import _log  # -inf at 0 with a gradient of 0 there: torch's NaN would spread through a row's normalization
 from .distributions import BinConcrete, Concrete, ExpConcrete, LogitBinConcrete
 from .hard_concrete import HardConcrete
 
@@ -130,27 +131,11 @@ def _index_distribution(base):
     if isinstance(base, ONE_HOT):  # a one-hot site of the model's own
         # given as probabilities: their own logarithms (-inf at 0), not the host's logits, clamped to
         # log(eps) at any probability below eps (a network's softmax reaches them)
-        clamped = _clamped(base._categorical)
-        logits = base.logits if clamped is None else torch.where(clamped, torch.log(base.probs), base.logits)
-        return dist.Categorical(logits=logits, validate_args=base._validate_args), (
+        return dist.Categorical(logits=_exact_logits(base._categorical), validate_args=base._validate_args), (
             lambda index: F.one_hot(index.long(), base.event_shape[0]).to(base.logits.dtype)
         )
     if _given_probs(base):  # the model's own Categorical / Bernoulli, in an exact helper
-        # where torch clamped their probabilities to [eps, 1 - eps], the probabilities' own
-        # logarithms (-inf at 0: the gradient with respect to such a probability is NaN); elsewhere
-        # the host's logits, unchanged
-        clamped = _clamped(base)
-        if isinstance(base, torch.distributions.Categorical):
-            logits = torch.where(clamped, torch.log(base.probs), base.logits)
-            return dist.Categorical(logits=logits, validate_args=base._validate_args), (lambda index: index)
-        log_probs = torch.stack(
-            [
-                torch.where(clamped, torch.log1p(-base.probs), F.logsigmoid(-base.logits)),
-                torch.where(clamped, torch.log(base.probs), F.logsigmoid(base.logits)),
-            ],
-            -1,
-        )
-        return dist.Categorical(logits=log_probs, validate_args=base._validate_args), (lambda index: index.to(base.probs.dtype))
+        return _exact_categorical(base), (lambda index: index if isinstance(base, torch.distributions.Categorical) else index.to(base.probs.dtype))
     if isinstance(base, (Concrete, ExpConcrete)):
         num_categories = base.event_shape[0]
 
@@ -165,6 +150,33 @@ def _index_distribution(base):
     return dist.Bernoulli(logits=base.logits, validate_args=base._validate_args), (
         lambda index: torch.full_like(index, -float("inf"), dtype=base.logits.dtype).masked_fill(index > 0, float("inf"))
     )
+
+
+def _exact_logits(categorical):
+    """A host ``Categorical``'s logits, its probabilities' own logarithms where torch clamped them
+    (:func:`_clamped`; a distribution given logits keeps them)."""
+    clamped = _clamped(categorical)
+    return categorical.logits if clamped is None else torch.where(clamped, _log(categorical.probs), categorical.logits)
+
+
+def _exact_categorical(base):
+    """A host ``Categorical`` / ``Bernoulli`` / ``OneHotCategorical`` whose probabilities torch
+    clamped (:func:`_given_probs`), as the same (a Bernoulli: a ``Categorical`` of its index 0, 1)
+    scored by the probabilities' own logarithms where they were clamped, by the host's logits
+    elsewhere."""
+    if isinstance(base, torch.distributions.OneHotCategorical):
+        return dist.OneHotCategorical(logits=_exact_logits(base._categorical), validate_args=base._validate_args)
+    if isinstance(base, torch.distributions.Categorical):
+        return dist.Categorical(logits=_exact_logits(base), validate_args=base._validate_args)
+    clamped = _clamped(base)
+    log_probs = torch.stack(
+        [
+            torch.where(clamped, _log(1 - base.probs), F.logsigmoid(-base.logits)),
+            torch.where(clamped, _log(base.probs), F.logsigmoid(base.logits)),
+        ],
+        -1,
+    )
+    return dist.Categorical(logits=log_probs, validate_args=base._validate_args)
 
 
 def _given_probs(base):
@@ -328,6 +340,10 @@ class DiscreteMessenger(NamingSites, Messenger):
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if self.mode is Mode.ENUMERATE and msg["is_observed"]:
             _broadcast_deterministic(msg)
+        if msg["is_observed"] and (_given_probs(base := unwrap(msg["fn"])[0]) or (isinstance(base, ONE_HOT) and _given_probs(base._categorical))):
+            # observed, in a helper: scored by its probabilities' own logarithms where torch clamped
+            # them (an observation of probability 0 scored at log eps, a finite log p(x))
+            msg["fn"] = rewrap(_exact_categorical(base), unwrap(msg["fn"])[1])
         if not _selected(msg, self.sites):
             return
         base, wrappers = unwrap(msg["fn"])
