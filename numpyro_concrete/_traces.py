@@ -205,9 +205,15 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
 
     from .handlers import discrete
 
+    drawn = trace(discrete(model, mode="sample"), jax.random.PRNGKey(0), args, kwargs)  # nothing masked out: nothing to check
+    if not any(_masked_out(site) is not None for site in sample_sites(drawn) if not site["is_observed"] and getattr(site["fn"], "has_enumerate_support", False)):
+        return
     messenger = discrete(model, mode="enumerate")
     messenger.masks_kept = True
-    traced = trace(enum(config_enumerate(messenger), -1 - nesting), jax.random.PRNGKey(0), args, kwargs)
+    try:
+        traced = trace(enum(config_enumerate(messenger), -1 - nesting), jax.random.PRNGKey(0), args, kwargs)
+    except ValueError:  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
+        return
     sites = [site for site in sample_sites(traced) if not site.get("_control_flow_done") and not site["name"].startswith("_PREV_")]
     for site in sites:
         out = _masked_out(site)

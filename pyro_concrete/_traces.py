@@ -307,14 +307,21 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
         return  # the values cannot be read
     from pyro.infer import config_enumerate
 
-    from .handlers import DiscreteMessenger
+    from .handlers import DiscreteMessenger, discrete
 
+    with torch.no_grad(), poutine.block():  # a model with no discrete latent masked out has nothing to check
+        drawn = poutine.trace(discrete(model, mode="sample")).get_trace(*args, **kwargs)
+    if not any(_masked_out(site) is not None for site in sample_sites(drawn) if not site["is_observed"] and getattr(site["fn"], "has_enumerate_support", False)):
+        return
     swap = DiscreteMessenger(mode="enumerate")
     swap.masks_kept = True
-    with torch.no_grad(), poutine.block():
-        trace = poutine.trace(poutine.enum(config_enumerate(swap(model)), first_available_dim=-1 - nesting)).get_trace(*args, **kwargs)
+    try:
+        with torch.no_grad(), poutine.block():
+            trace = poutine.trace(poutine.enum(config_enumerate(swap(model)), first_available_dim=-1 - nesting)).get_trace(*args, **kwargs)
+    except ValueError:  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
+        return
     masked = [(site, _masked_out(site)) for site in sample_sites(trace) if not site["is_observed"] and "_enumerate_dim" in (site["infer"] or {})]
-    masked = [(site, out) for site, out in masked if out is not None and bool(out.any())]
+    masked = [(site, out) for site, out in masked if out is not None]
     if not masked:
         return
     with torch.no_grad():
@@ -343,7 +350,9 @@ def _masked_out(site):
     kept = masks[0]
     for mask in masks[1:]:
         kept = kept & mask
-    return ~kept.expand(site["fn"].batch_shape) if kept.dim() <= len(site["fn"].batch_shape) else None
+    if kept.dim() > len(site["fn"].batch_shape) or bool(kept.all()):
+        return None
+    return ~kept.expand(site["fn"].batch_shape)
 
 
 def check_full_data(trace):
