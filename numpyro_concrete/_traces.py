@@ -212,7 +212,7 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
     messenger.masks_kept = True
     try:
         traced = trace(enum(config_enumerate(messenger), -1 - nesting), jax.random.PRNGKey(0), args, kwargs)
-    except ValueError:  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
+    except (ValueError, NotImplementedError):  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
         return
     sites = [site for site in sample_sites(traced) if not site.get("_control_flow_done") and not site["name"].startswith("_PREV_")]
     for site in sites:
@@ -220,6 +220,10 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
         if site["is_observed"] or (site["infer"] or {}).get("enumerate") != "parallel" or out is None:
             continue
         dim = -jnp.ndim(site["value"])
+        if any(other is not site and (other["infer"] or {}).get("enumerate") == "parallel" and -jnp.ndim(other["value"]) == dim for other in sites):
+            continue  # its dimension reused by another site (markov): which site a density varies with cannot be told
+        # the plates only: the enumeration dimensions of the site's parents (left of them) masked anywhere
+        out = jnp.any(jnp.reshape(out, (-1,) + jnp.shape(out)[jnp.ndim(out) - nesting :]), 0) if jnp.ndim(out) > nesting else out
         for reader in sites:
             log_prob = reader["fn"].log_prob(reader["value"])
             if reader is site or jnp.ndim(log_prob) < -dim or jnp.shape(log_prob)[dim] == 1:

@@ -158,7 +158,8 @@ class _ExactBernoulliProbs(dist.BernoulliProbs):
         # log of 0 is -inf, with a gradient of 0 there (not NaN): the safe logarithm of _to_logits_multinom
         log_probs = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
         log_1m_probs = jnp.where(probs < 1, jnp.log1p(-jnp.where(probs < 1, probs, 0.0)), -jnp.inf)
-        return jnp.where(jnp.asarray(value) > 0, log_probs, log_1m_probs)
+        value = jnp.asarray(value, jnp.result_type(float))  # a soft label (a grey pixel) weighs both, as the host's
+        return jnp.where(value == 0, 0.0, value * log_probs) + jnp.where(value == 1, 0.0, (1 - value) * log_1m_probs)
 
 
 def _index_distribution(base):

@@ -318,7 +318,7 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
     try:
         with torch.no_grad(), poutine.block():
             trace = poutine.trace(poutine.enum(config_enumerate(swap(model)), first_available_dim=-1 - nesting)).get_trace(*args, **kwargs)
-    except ValueError:  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
+    except (ValueError, NotImplementedError):  # not enumerable (a discrete_log_likelihood's .to_event() site): what is drawn is not summed
         return
     masked = [(site, _masked_out(site)) for site in sample_sites(trace) if not site["is_observed"] and "_enumerate_dim" in (site["infer"] or {})]
     masked = [(site, out) for site, out in masked if out is not None]
@@ -328,10 +328,15 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
         trace.compute_log_prob()
     for site, out in masked:
         dim = site["infer"]["_enumerate_dim"]
+        identity = site["infer"].get("_dim_to_id", {}).get(dim)
+        # the plates only: the enumeration dimensions of the site's parents (left of them) masked anywhere
+        out = out.reshape((-1,) + out.shape[max(out.dim() - nesting, 0) :]).any(0) if out.dim() > nesting else out
         for reader in sample_sites(trace):
             log_prob = reader["log_prob"]
             if reader is site or log_prob.dim() < -dim or log_prob.shape[dim] == 1:
                 continue
+            if (reader["infer"] or {}).get("_dim_to_id", {}).get(dim) != identity:
+                continue  # the dimension reused by another site (markov): not this latent's
             varies = log_prob != log_prob.narrow(dim, 0, 1)  # the reader's density changes with the latent's value
             varies = varies.reshape((-1,) + varies.shape[varies.dim() - out.dim() :]).any(0) if out.dim() else varies.any()
             for d in range(out.dim()):  # plates the reader is in and the latent is not

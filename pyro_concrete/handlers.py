@@ -179,6 +179,16 @@ def _exact_categorical(base):
     return dist.Categorical(logits=log_probs, validate_args=base._validate_args)
 
 
+def _binary_or_categorical(msg):
+    """Whether an observed site's value is one the exact scoring takes: not a Bernoulli's soft label
+    (a grey pixel, which the host scores o log p + (1 - o) log(1 - p) and the Categorical of
+    :func:`_exact_categorical` would read as an index)."""
+    base = unwrap(msg["fn"])[0]
+    if not isinstance(base, torch.distributions.Bernoulli) or not torch.is_tensor(msg["value"]):
+        return True
+    return not (_traced() or torch._C._is_tracing()) and bool(((msg["value"] == 0) | (msg["value"] == 1)).all())
+
+
 def _given_probs(base):
     """A host ``Categorical`` / ``Bernoulli`` with probabilities that torch clamped to [eps, 1 - eps]
     (:func:`_clamped`), while an exact helper runs: enumerated by their own logarithms there, exact
@@ -340,7 +350,7 @@ class DiscreteMessenger(NamingSites, Messenger):
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if self.mode is Mode.ENUMERATE and msg["is_observed"]:
             _broadcast_deterministic(msg)
-        if msg["is_observed"] and (_given_probs(base := unwrap(msg["fn"])[0]) or (isinstance(base, ONE_HOT) and _given_probs(base._categorical))):
+        if msg["is_observed"] and _binary_or_categorical(msg) and (_given_probs(base := unwrap(msg["fn"])[0]) or (isinstance(base, ONE_HOT) and _given_probs(base._categorical))):
             # observed, in a helper: scored by its probabilities' own logarithms where torch clamped
             # them (an observation of probability 0 scored at log eps, a finite log p(x))
             msg["fn"] = rewrap(_exact_categorical(base), unwrap(msg["fn"])[1])

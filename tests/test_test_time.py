@@ -687,6 +687,25 @@ def test_a_latent_masked_out_where_an_unmasked_site_reads_it_is_refused_by_the_s
     assert backend.numpy(backend.lib.map_assignment(model, x)["a"]).tolist() == np.argmax(scores, 0).tolist()
 
 
+def test_a_missing_step_masked_with_its_child_is_summed_under_markov(backend):
+    """Independent mixtures per step under ``markov``, step 0 missing (its latent masked with its child):
+    a valid padding. A first version of the eleventh round's masked-latent check crashed on the
+    enumeration dimensions ``markov`` reuses (a chain of 3 or more steps) and took step 2, which
+    reuses step 0's dimension, for a reader of step 0. Closed form over the kept steps."""
+    x = [0.3, -1.2, 2.0, 0.7]
+    weights, means = np.array([0.4, 0.6]), np.array([-1.0, 1.0])
+
+    def model():
+        for t in backend.markov(range(4)):
+            with backend.mask(backend.array(t > 0, "bool")):
+                z = backend.site(f"z{t}", backend.categorical(backend.array(np.log(weights))))
+                backend.site(f"x{t}", backend.normal(backend.array(means)[z], 1.0), obs=backend.array(x[t]))
+
+    expected = sum(np.logaddexp.reduce(np.log(weights) + stats.norm.logpdf(x[t], means, 1.0)) for t in range(1, 4))
+    assert float(backend.numpy(backend.lib.marginal_log_likelihood(model))) == pytest.approx(expected, rel=1e-10)
+    assert sorted(backend.sample_assignment(model, seed=0)) == ["z0", "z1", "z2", "z3"]
+
+
 def test_the_gradient_beside_a_probability_of_zero_is_exact(backend):
     """A learnable probability q in a row [1 - q, q, 0] with a structural 0 (a left-to-right chain's):
     Pyro's logarithm of the 0 had a NaN gradient, which the Categorical's normalization spread to q
