@@ -194,7 +194,7 @@ def check_all_latents_discrete(trace):
             raise messages.clamped_probability(site["name"], type(base).__name__)
 
 
-def check_masked_latents_unread(model, args, kwargs, nesting):
+def check_masked_latents_unread(model, args, kwargs):
     """A latent site masked out where an unmasked site reads its value raises
     (:func:`concrete_common.messages.masked_latent_read`): the helpers sum a masked-out latent with
     its prior masses, the host weighs each value 1, and only where nothing unmasked reads it (a data
@@ -208,6 +208,7 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
     drawn = trace(discrete(model, mode="sample"), jax.random.PRNGKey(0), args, kwargs)  # nothing masked out: nothing to check
     if not any(_masked_out(site) is not None for site in sample_sites(drawn) if not site["is_observed"] and getattr(site["fn"], "has_enumerate_support", False)):
         return
+    nesting = max_plate_nesting(drawn)
     messenger = discrete(model, mode="enumerate")
     messenger.masks_kept = True
     try:

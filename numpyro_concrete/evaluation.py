@@ -116,7 +116,7 @@ def marginal_log_likelihood(
     model = with_given(with_params(held_as_observed(model), params), given)
     check_scan(model, args, kwargs)
     nesting = max_plate_nesting(_checked_discrete_trace(model, args, kwargs, given))
-    check_masked_latents_unread(model, args, kwargs, nesting)  # summed with their prior masses
+    check_masked_latents_unread(model, args, kwargs)  # summed with their prior masses
     unscaled = CommonScale(discrete(model, mode="enumerate"), given)  # summed unscaled, then scaled
     enumerated = SummedWithPriorMasses(config_enumerate(unscaled))  # the model's own discrete sites too
     with evaluating.discrete_graph("marginal_log_likelihood", runtime=numpyro.primitives), _summed_past_underflow():
@@ -226,7 +226,7 @@ def _assignment(model, args, kwargs, params, given, rng_key, *, temperature):
     traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((arrays, args, kwargs)))
     if temperature != 0 and not traced:  # drawn with their prior masses (the MAP leaves a masked-out site out, as the host)
         conditioned = with_given(with_params(held_as_observed(model), params), given)  # checked eagerly: compiled, nothing can be read
-        check_masked_latents_unread(conditioned, args, kwargs, max_plate_nesting(_checked_discrete_trace(conditioned, args, kwargs, given)))
+        check_masked_latents_unread(conditioned, args, kwargs)
     if temperature == 0 and not traced:
         # one forward pass where the maximizer is unique; a tie is seen from its gradient only after
         # the pass, which inside the user's jit / vmap cannot be read: there, always site by site
@@ -529,7 +529,7 @@ def discrete_log_likelihood(
     check_observed_densities(traced)  # an observed site's value and class do not depend on the draw
     messages.check_plate_of_model(plate, {frame.name for site in sample_sites(traced) for frame in site["cond_indep_stack"]})
     discretized, hidden, marginals, held_values = proposal(model, guide, proposal_key, args, kwargs, autoguide, given)
-    check_masked_latents_unread(model, args, kwargs, max_plate_nesting(traced))  # weighed by their prior masses
+    check_masked_latents_unread(model, args, kwargs)  # weighed by their prior masses
     guide = marginalize(handlers.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
     # a masked-out data point's discrete latents weighed by their masses, as the exact sum weighs them

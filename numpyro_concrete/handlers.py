@@ -209,8 +209,10 @@ def _exact_in_helper(msg):
     (which keep the host's classes: under ``jit`` a clamped probability cannot be read to refuse it,
     and a sticky chain's probability of 0 was scored at log tiny, a wrong finite log p(x)), and those
     drawn or held rather than enumerated; the ones enumerated as an index are by :func:`_given_probs`."""
+    if not evaluating.helper_running():
+        return
     base, wrappers = unwrap(msg["fn"])
-    if type(base) is dist.BernoulliProbs and evaluating.helper_running():
+    if type(base) is dist.BernoulliProbs:
         msg["fn"] = rewrap(_ExactBernoulliProbs(base.probs, validate_args=base._validate_args), wrappers)
 
 

@@ -296,7 +296,7 @@ def check_all_latents_discrete(trace):
             raise messages.infinite_logits(site["name"], type(base).__name__, "torch scores the certain outcome NaN")
 
 
-def check_masked_latents_unread(model, args, kwargs, nesting):
+def check_masked_latents_unread(model, args, kwargs):
     """A latent site masked out where an unmasked site reads its value raises
     (:func:`concrete_common.messages.masked_latent_read`): the helpers sum a masked-out latent with
     its prior masses, the host weighs each value 1, and only where nothing unmasked reads it (a data
@@ -313,6 +313,7 @@ def check_masked_latents_unread(model, args, kwargs, nesting):
         drawn = poutine.trace(discrete(model, mode="sample")).get_trace(*args, **kwargs)
     if not any(_masked_out(site) is not None for site in sample_sites(drawn) if not site["is_observed"] and getattr(site["fn"], "has_enumerate_support", False)):
         return
+    nesting = max_plate_nesting(drawn)
     swap = DiscreteMessenger(mode="enumerate")
     swap.masks_kept = True
     try:

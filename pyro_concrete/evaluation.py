@@ -101,7 +101,7 @@ def marginal_log_likelihood(
     """
     model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
-    check_masked_latents_unread(model, args, kwargs, max_plate_nesting(trace))  # summed with their prior masses
+    check_masked_latents_unread(model, args, kwargs)  # summed with their prior masses
     _check_common_scale(model, args, kwargs, given)  # named, as in NumPyro and the decodings (the host's error named nothing)
     enumerated = SummedWithPriorMasses()(config_enumerate(discrete(model, mode="enumerate")))  # the model's own discrete sites too
     with evaluating.discrete_graph("marginal_log_likelihood", runtime=pyro.poutine.runtime):
@@ -385,7 +385,7 @@ def _decoded(model, args, kwargs, params, given, temperature):
     model = with_given(with_params(held_as_observed(model), params), given)
     trace = _checked_discrete_trace(model, args, kwargs, given)
     if temperature != 0:  # drawn with their prior masses (the MAP leaves a masked-out site out, as the host)
-        check_masked_latents_unread(model, args, kwargs, max_plate_nesting(trace))
+        check_masked_latents_unread(model, args, kwargs)
     _check_common_scale(model, args, kwargs, given)
     with torch.no_grad(), poutine.block():
         swap = DiscreteMessenger(mode="enumerate")
@@ -498,7 +498,7 @@ def discrete_log_likelihood(
     model, guide = with_given(with_params(held_as_observed(model), params), given), with_params(guide, params)
     _check_observed_sites(model, args, kwargs, plate)
     discretized, hidden, marginals, nesting, held_values = proposal(model, guide, args, kwargs, autoguide, given)
-    check_masked_latents_unread(model, args, kwargs, nesting)  # weighed by their prior masses
+    check_masked_latents_unread(model, args, kwargs)  # weighed by their prior masses
     guide = marginalize(poutine.condition(guide, data=held_values) if held_values else guide, marginals)
     # one common scale taken off every site and put on the bound: s L_m, below s log p(x)
     model_scale, guide_scale = CommonScale(given), CommonScale()

@@ -350,7 +350,7 @@ class DiscreteMessenger(NamingSites, Messenger):
         self.index_to_value.pop(msg["name"], None)  # filled again below if the site is enumerated in this run
         if self.mode is Mode.ENUMERATE and msg["is_observed"]:
             _broadcast_deterministic(msg)
-        if msg["is_observed"] and _binary_or_categorical(msg) and (_given_probs(base := unwrap(msg["fn"])[0]) or (isinstance(base, ONE_HOT) and _given_probs(base._categorical))):
+        if msg["is_observed"] and (_given_probs(base := unwrap(msg["fn"])[0]) or (isinstance(base, ONE_HOT) and _given_probs(base._categorical))) and _binary_or_categorical(msg):
             # observed, in a helper: scored by its probabilities' own logarithms where torch clamped
             # them (an observation of probability 0 scored at log eps, a finite log p(x))
             msg["fn"] = rewrap(_exact_categorical(base), unwrap(msg["fn"])[1])
